@@ -1,0 +1,35 @@
+"""genembed: generative text embeddings (GIRCSE soft-token refinement, GRIT embedding + generation).
+
+>>> import genembed
+>>> model = genembed.load()               # SmolLM2-135M-Instruct, bundled
+>>> model.encode(["a text", "another"], instruction="Retrieve semantically similar text.")
+
+Importing the package does no work; heavy modules load on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "load": "genembed.loading",
+    "GenerativeEmbedder": "genembed.model",
+    "DEFAULT_QUERY_INSTRUCTION": "genembed.model",
+    "MissingModelError": "genembed.backbone.default_model",
+    "tiny_backbone": "genembed.backbone.tiny",
+}
+
+__all__ = ["DEFAULT_QUERY_INSTRUCTION", "GenerativeEmbedder", "MissingModelError", "load", "tiny_backbone"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'genembed' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,148 @@
+"""Load a decoder LLM and its tokenizer from a local folder, a ``.gguf`` file, the local HF cache,
+or the bundled default. Nothing is ever downloaded."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .cache import atomic_directory, cache_root
+from .default_model import DEFAULT_MODEL_NAME, MissingModelError, default_gguf_path
+
+__all__ = ["Backbone", "load_backbone", "resolve_dtype"]
+
+logger = logging.getLogger(__name__)
+
+_DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16"}
+_DTYPES |= {"float16": "float16", "fp16": "float16"}
+
+
+@dataclass
+class Backbone:
+    """A loaded causal LM, its tokenizer and a stable name (used in cache keys and reports)."""
+
+    model: Any  # transformers PreTrainedModel (a peft.PeftModel once an adapter is attached)
+    tokenizer: Any
+    name: str
+    path: str | None = None
+
+
+def resolve_dtype(dtype: Any) -> Any:
+    """Map ``"float32"``/``"bf16"``/... (or a torch dtype) to a torch dtype, with a clear error."""
+    import torch
+
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    key = str(dtype).removeprefix("torch.")
+    if key not in _DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(set(_DTYPES.values()))}, got {dtype!r}")
+    return getattr(torch, _DTYPES[key])
+
+
+def load_backbone(model: str | os.PathLike | None = None, *, dtype: Any = "float32", device: str = "cpu") -> Backbone:
+    """Load a causal LM and tokenizer.
+
+    Args:
+        model: None for the bundled default (SmolLM2-135M-Instruct), a local HF folder, a local
+            ``.gguf`` file, or a hub id already in the local HF cache.
+        dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"``.
+        device: a torch device string.
+
+    Returns:
+        A :class:`Backbone` in eval mode.
+
+    Raises:
+        MissingModelError: the model is not available locally; the message says how to get it.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch_dtype = resolve_dtype(dtype)
+    if model is None:
+        folder, name = converted_gguf_folder(default_gguf_path()), DEFAULT_MODEL_NAME
+    else:
+        path = Path(os.path.expanduser(str(model)))
+        if path.suffix == ".gguf":
+            if not path.is_file():
+                raise MissingModelError(f"GGUF file not found: {path}")
+            folder, name = converted_gguf_folder(path), path.stem
+        elif path.is_dir():
+            if not (path / "config.json").is_file():
+                raise MissingModelError(f"{path} is a folder but holds no config.json: not a HF model folder")
+            folder, name = path, path.name
+        else:
+            folder, name = _hub_cache_folder(str(model)), str(model)
+    t0 = time.perf_counter()
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    lm = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch_dtype)
+    lm.to(device).eval()
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    logger.info("loaded %s from %s in %.1fs", name, folder, time.perf_counter() - t0)
+    return Backbone(model=lm, tokenizer=tokenizer, name=name, path=str(folder))
+
+
+def _hub_cache_folder(repo_id: str) -> Path:
+    """The snapshot folder of a hub id already in the local HF cache; never goes online."""
+    looks_like_path = repo_id.startswith((".", "/", "~")) or os.sep in repo_id.strip("/").replace("/", "", 1)
+    how = (
+        "This machine loads models only from disk. Pass a local HF folder or .gguf file, or download "
+        f"the model where you have internet (`hf download {repo_id}`) and copy the HF cache "
+        "(HF_HOME, default ~/.cache/huggingface) here."
+    )
+    if looks_like_path:
+        raise MissingModelError(f"Model path does not exist: {repo_id}. {how}")
+    try:
+        from huggingface_hub import snapshot_download
+
+        folder = snapshot_download(repo_id, local_files_only=True)
+    except Exception as exc:  # huggingface_hub raises several types for "not cached" / "bad id"
+        raise MissingModelError(f"Model {repo_id!r} is not a local folder, .gguf file or cached hub id. {how}") from exc
+    return Path(folder)
+
+
+def converted_gguf_folder(gguf: Path) -> Path:
+    """Convert a GGUF file once into a safetensors folder in the cache; return that folder.
+
+    Loading a GGUF through transformers dequantizes every tensor (~20 s for the default model); the
+    converted folder loads in well under a second. The folder is written atomically.
+    """
+    gguf = Path(gguf).resolve()
+    stat = gguf.stat()
+    key = hashlib.sha256(f"{gguf}|{stat.st_size}|{int(stat.st_mtime)}".encode()).hexdigest()[:12]
+    target = cache_root() / "models" / f"{gguf.stem}-{key}"
+    if (target / "config.json").is_file():
+        return target
+    logger.warning("converting %s to safetensors once (cached in %s)", gguf.name, target)
+    with atomic_directory(target) as tmp:
+        _convert_gguf(gguf, tmp)
+    return target
+
+
+def _convert_gguf(gguf: Path, out: Path) -> None:
+    try:
+        import gguf as _gguf  # noqa: F401  (transformers needs it to read the file)
+    except ImportError as exc:
+        raise MissingModelError("Reading .gguf files needs the `gguf` package: pip install 'genembed[gguf]'") from exc
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = str(gguf.parent), gguf.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    # A GGUF-loaded model carries a quantization config and cannot be save_pretrained directly:
+    # copy its (dequantized) weights into a fresh model built from a clean config.
+    config_dict = loaded.config.to_dict()
+    config_dict.pop("quantization_config", None)
+    config_dict.pop("_name_or_path", None)
+    config = AutoConfig.for_model(**config_dict)
+    with torch.device("meta"):
+        fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    fresh.load_state_dict(loaded.state_dict(), assign=True, strict=True)
+    fresh.tie_weights()
+    fresh.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)

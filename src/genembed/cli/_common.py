@@ -1,0 +1,25 @@
+"""Options and helpers shared by the subcommands."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+ModelOpt = Annotated[
+    str | None, typer.Option("--model", "-m", help="HF folder, .gguf file or cached hub id (default: bundled SmolLM2)")
+]
+AdapterOpt = Annotated[str | None, typer.Option("--adapter", "-a", help="LoRA adapter folder")]
+DtypeOpt = Annotated[str, typer.Option("--dtype", help="float32, bfloat16 or float16")]
+
+
+def load_model(model: str | None, adapter: str | None, dtype: str = "float32") -> Any:
+    """Load a model, turning a missing model into a clean CLI error instead of a traceback."""
+    import genembed
+    from genembed.backbone import MissingModelError
+
+    try:
+        return genembed.load(model, adapter=adapter, dtype=dtype)
+    except MissingModelError as exc:
+        typer.secho(f"error: {exc}", fg="red", err=True)
+        raise typer.Exit(2) from exc

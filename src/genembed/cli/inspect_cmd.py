@@ -1,0 +1,31 @@
+"""``genembed inspect``: the top vocabulary tokens of each GIRCSE soft token."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ._common import AdapterOpt, DtypeOpt, ModelOpt, load_model
+
+
+def inspect(
+    text: Annotated[str, typer.Argument(help="the text to embed")],
+    instruction: Annotated[str, typer.Option("--instruction", "-i", help="instruction steering the embedding")] = "",
+    steps: Annotated[int, typer.Option("--steps", "-k", min=1, help="soft tokens K")] = 5,
+    top: Annotated[int, typer.Option("--top", min=1, help="tokens shown per step")] = 8,
+    model: ModelOpt = None,
+    adapter: AdapterOpt = None,
+    dtype: DtypeOpt = "float32",
+) -> None:
+    """Show the "embedding language": per step k, the most probable tokens of the soft token p_k."""
+    from rich.console import Console
+    from rich.table import Table
+
+    loaded = load_model(model, adapter, dtype)
+    table = Table(title=f"soft tokens of {text!r}" + (f" | {instruction}" if instruction else ""))
+    table.add_column("k", justify="right")
+    table.add_column(f"top {top} tokens of p_k (probability)")
+    for step in loaded.inspect(text, instruction=instruction, steps=steps, top=top):
+        table.add_row(str(step.step), "  ".join(f"{tok!r} {p:.2f}" for tok, p in step.tokens))
+    Console(width=160).print(table)

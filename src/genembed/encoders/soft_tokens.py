@@ -1,0 +1,163 @@
+"""GIRCSE soft-token generation: the decoder writes K soft tokens and each one's hidden state is pooled.
+
+At step k (k = 1..K) the last hidden state ``h_{k-1}`` (``h_0`` is the prompt's last token) gives
+
+    p_k = softmax(lm_head(h_{k-1}) / tau)        # over the whole vocabulary
+    d_k = p_k @ E                                # E: input embedding matrix
+
+and ``d_k`` is fed back as the next input embedding; its output hidden state is ``h_k``. The step-k
+embedding is ``z_k = mean(h_1..h_k)``. Only K LM-head projections are computed (the K+1-th soft
+token would never be used).
+
+Two paths compute the same ``h_1..h_K`` (tested to 1e-4 in float32):
+
+- cached (default): one prefill, then K single-token steps that feed only the newest soft
+  embedding and reuse the KV cache; works with gradients for training.
+- recompute: K+1 full forward passes over prompt + soft tokens, as the reference implementation
+  does; kept as the ground truth for tests and the training benchmark.
+
+Reference: GIRCSE, "Generative Iterative Refinement for Contrastive Sentence Embeddings".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..backbone.attention import run_decoder
+
+__all__ = ["SoftTokenOutput", "generate_soft_tokens", "output_head"]
+
+
+@dataclass
+class SoftTokenOutput:
+    """``hidden``: ``(B, K, D)`` hidden states h_1..h_K of the generated soft tokens.
+    ``steps_used``: ``(B,)`` steps each row needed (K unless adaptive stopping ended it early).
+    ``top_ids`` / ``top_probs``: ``(B, K, top)`` most probable vocabulary entries of each p_k, if asked."""
+
+    hidden: torch.Tensor
+    steps_used: torch.Tensor
+    top_ids: torch.Tensor | None = None
+    top_probs: torch.Tensor | None = None
+
+
+def output_head(model: Any) -> tuple[Any, torch.Tensor]:
+    """The LM head module and the input embedding matrix ``E`` ``(V, D)`` of a causal LM (or peft wrapper)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return base.get_output_embeddings(), base.get_input_embeddings().weight
+
+
+def _soft_embedding(head: Any, embed: torch.Tensor, h: torch.Tensor, tau: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(p, d) for last hidden states ``h`` ``(B, D)``: ``p`` ``(B, V)`` and ``d = p @ E`` ``(B, D)``."""
+    logits = head(h).float()  # (B, V)
+    probs = torch.softmax(logits / tau, dim=-1)
+    return probs, probs.to(embed.dtype) @ embed
+
+
+def generate_soft_tokens(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    *,
+    steps: int,
+    tau: float = 1.0,
+    attention: str = "causal",
+    use_cache: bool = True,
+    stop_tol: float | None = None,
+    top: int = 0,
+) -> SoftTokenOutput:
+    """Generate ``steps`` soft tokens after left-padded prompts.
+
+    Args:
+        model: a causal LM (or peft wrapper).
+        input_ids, attention_mask: ``(B, T)`` left-padded prompts.
+        steps: K, the number of soft tokens (>= 1); with ``stop_tol`` the cap.
+        tau: softmax temperature of p_k.
+        attention: attention among the prompt tokens; soft tokens see every earlier token either way.
+        use_cache: the KV-cached path; False recomputes the whole sequence every step.
+        stop_tol: adaptive K: a row stops at the first k >= 2 where cos(z_k, z_{k-1}) > stop_tol;
+            its later hidden states repeat its running mean so that z stays frozen.
+        top: also return the ``top`` most probable tokens of each p_k.
+    """
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    if tau <= 0:
+        raise ValueError(f"tau must be > 0, got {tau}")
+    head, embed = output_head(model)
+    prompt_embeds = embed[input_ids]  # (B, T, D)
+    batch = input_ids.shape[0]
+    n_real = attention_mask.sum(dim=1, keepdim=True)  # (B, 1)
+    ones = attention_mask.new_ones((batch, 1))
+    tops: list[tuple[torch.Tensor, torch.Tensor]] = []
+    hidden: list[torch.Tensor] = []
+    done = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
+    steps_used = torch.full((batch,), steps, dtype=torch.long, device=input_ids.device)
+    running = None  # (B, D) sum of h_1..h_k
+
+    if use_cache:
+        out = run_decoder(
+            model, inputs_embeds=prompt_embeds, attention_mask=attention_mask, attention=attention, use_cache=True
+        )
+        cache, h_prev, mask = out.cache, out.last_hidden_state[:, -1], attention_mask
+    else:
+        soft: list[torch.Tensor] = []
+        h_prev = _recompute_last(model, prompt_embeds, attention_mask, soft, attention)
+    for k in range(1, steps + 1):
+        probs, d_k = _soft_embedding(head, embed, h_prev, tau)
+        if top:
+            values, ids = probs.topk(top, dim=-1)
+            tops.append((ids, values))
+        if use_cache:
+            mask = torch.cat([mask, ones], dim=1)
+            out = run_decoder(
+                model,
+                inputs_embeds=d_k[:, None],
+                attention_mask=mask,
+                attention=attention,
+                position_ids=n_real + (k - 1),
+                cache=cache,
+            )
+            h_k = out.last_hidden_state[:, -1]
+        else:
+            soft.append(d_k)
+            h_k = _recompute_last(model, prompt_embeds, attention_mask, soft, attention)
+        pooled_h = h_k
+        if stop_tol is not None and running is not None:
+            # rows that already stopped contribute their frozen mean, so z_k stays z_{stop}
+            pooled_h = torch.where(done[:, None], running / (k - 1), h_k)
+            new_running = running + pooled_h
+            cos = torch.cosine_similarity(new_running / k, running / (k - 1), dim=-1)
+            newly = (cos > stop_tol) & ~done
+            steps_used = torch.where(newly, torch.full_like(steps_used, k), steps_used)
+            done = done | newly
+        running = pooled_h if running is None else running + pooled_h
+        hidden.append(pooled_h)
+        h_prev = h_k
+        if stop_tol is not None and bool(done.all()):
+            break
+    hidden_t = torch.stack(hidden, dim=1)  # (B, k_run, D)
+    if hidden_t.shape[1] < steps:  # all rows stopped early: pad with each row's frozen mean
+        pad = (running / hidden_t.shape[1])[:, None].expand(-1, steps - hidden_t.shape[1], -1)
+        hidden_t = torch.cat([hidden_t, pad], dim=1)
+    result = SoftTokenOutput(hidden=hidden_t, steps_used=steps_used)
+    if top:
+        result.top_ids = torch.stack([t[0] for t in tops], dim=1)
+        result.top_probs = torch.stack([t[1] for t in tops], dim=1)
+    return result
+
+
+def _recompute_last(
+    model: Any, prompt_embeds: torch.Tensor, attention_mask: torch.Tensor, soft: list[torch.Tensor], attention: str
+) -> torch.Tensor:
+    """Full forward over prompt + soft tokens so far; the last position's hidden state ``(B, D)``."""
+    if soft:
+        embeds = torch.cat([prompt_embeds, torch.stack(soft, dim=1)], dim=1)
+        mask = torch.cat([attention_mask, attention_mask.new_ones((attention_mask.shape[0], len(soft)))], dim=1)
+    else:
+        embeds, mask = prompt_embeds, attention_mask
+    if attention != "causal":
+        raise ValueError("the recompute path supports only causal attention")
+    out = run_decoder(model, inputs_embeds=embeds, attention_mask=mask, attention=attention)
+    return out.last_hidden_state[:, -1]

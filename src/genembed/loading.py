@@ -1,0 +1,52 @@
+"""``genembed.load``: backbone + optional LoRA adapter -> :class:`GenerativeEmbedder`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .backbone.loading import load_backbone
+from .model import GenerativeEmbedder
+
+__all__ = ["load"]
+
+
+def load(
+    model: str | os.PathLike | None = None,
+    adapter: str | os.PathLike | None | bool = None,
+    dtype: str = "float32",
+    device: str = "cpu",
+    *,
+    tau: float = 1.0,
+) -> GenerativeEmbedder:
+    """Load a model for embedding (and generation, reranking, RAG).
+
+    Args:
+        model: None for the bundled default (SmolLM2-135M-Instruct), a local HF folder, a ``.gguf``
+            file, or a hub id already in the local HF cache. Nothing is downloaded.
+        adapter: a LoRA adapter folder (as written by ``genembed train``); None or False for none.
+        dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"``.
+        device: a torch device, e.g. ``"cpu"`` or ``"cuda:0"``.
+        tau: GIRCSE soft-token softmax temperature.
+
+    Raises:
+        MissingModelError: the model or adapter is not on disk; the message says how to get it.
+    """
+    backbone = load_backbone(model, dtype=dtype, device=device)
+    adapter_name = None
+    if adapter not in (None, False):
+        adapter_path = Path(os.path.expanduser(str(adapter)))
+        attach_adapter(backbone, adapter_path)
+        adapter_name = adapter_path.name
+    return GenerativeEmbedder(backbone, tau=tau, adapter=adapter_name)
+
+
+def attach_adapter(backbone, adapter_path: Path) -> None:
+    """Wrap the backbone's model with a saved LoRA adapter (peft), in eval mode."""
+    from .backbone.default_model import MissingModelError
+
+    if not (adapter_path / "adapter_config.json").is_file():
+        raise MissingModelError(f"adapter folder {adapter_path} holds no adapter_config.json (a peft LoRA adapter)")
+    from peft import PeftModel
+
+    backbone.model = PeftModel.from_pretrained(backbone.model, str(adapter_path)).eval()

@@ -1,0 +1,160 @@
+"""The one object ``genembed.load()`` returns: a loaded backbone that embeds (and, through the
+generation modules, chats and reranks) with the same weights."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from .backbone.loading import Backbone
+from .encoders.embedder import EncodeOptions, encode_texts, to_output, validate_texts
+from .encoders.inspect_tokens import SoftTokenStep, inspect_soft_tokens
+
+__all__ = ["DEFAULT_QUERY_INSTRUCTION", "GenerativeEmbedder"]
+
+DEFAULT_QUERY_INSTRUCTION = "Given a query, retrieve relevant passages."
+
+
+class GenerativeEmbedder:
+    """A decoder LLM used as an embedding model (GIRCSE soft tokens, mean, last-token or GRIT pooling).
+
+    Build it with :func:`genembed.load`. ``model.backbone`` exposes the underlying transformers model
+    and tokenizer.
+
+    Example:
+        >>> model = genembed.load()
+        >>> q = model.encode_query("how do plants make food?")
+        >>> d = model.encode_document(["Photosynthesis turns light into sugar.", "Tax law is complex."])
+        >>> (d @ q).argmax()
+        0
+    """
+
+    def __init__(self, backbone: Backbone, *, tau: float = 1.0, adapter: str | None = None):
+        self.backbone = backbone
+        self.tau = tau
+        self.adapter = adapter
+
+    @property
+    def name(self) -> str:
+        """Backbone name plus adapter, used in cache keys and reports."""
+        return self.backbone.name + (f"+{self.adapter}" if self.adapter else "")
+
+    @property
+    def dim(self) -> int:
+        """Embedding dimension (the backbone's hidden size)."""
+        return int(self.backbone.model.config.hidden_size)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.backbone.model.parameters()).device
+
+    def encode(
+        self,
+        texts: str | list[str],
+        *,
+        instruction: str | None = None,
+        steps: int | str = 5,
+        method: str = "gircse",
+        attention: str | None = None,
+        prompt_format: str | None = None,
+        batch_size: int = 32,
+        normalize: bool = True,
+        max_length: int = 512,
+        show_progress_bar: bool | None = None,
+        convert_to_numpy: bool = True,
+        return_all_steps: bool = False,
+        max_steps: int = 20,
+        stop_tol: float = 0.999,
+        return_steps_used: bool = False,
+    ) -> Any:
+        """Embed texts.
+
+        Args:
+            texts: one string (gives one vector) or a list (gives an ``(n, dim)`` array).
+            instruction: what the embedding should capture, e.g. "Classify the emotion of the text".
+                None or "" for none.
+            steps: GIRCSE soft tokens K, or ``"auto"`` to stop each text when
+                ``cos(z_k, z_{k-1}) > stop_tol`` (at most ``max_steps``). Ignored by single-pass methods.
+            method: ``"gircse"``, ``"mean"``, ``"last"`` or ``"grit"``.
+            attention: ``"causal"`` (default) or ``"bidirectional"``; ``grit`` is always bidirectional.
+            prompt_format: ``"chat"`` (default for gircse) or ``"plain"`` (default otherwise); see
+                :mod:`genembed.encoders.prompts`.
+            batch_size: texts per forward pass (texts are sorted by length first).
+            normalize: L2-normalize the embeddings.
+            max_length: tokens per prompt; longer texts are cut from the end (the instruction is kept).
+            show_progress_bar: None shows one for more than 8 batches.
+            convert_to_numpy: numpy arrays (default) or torch tensors.
+            return_all_steps: GIRCSE only: ``(n, K, dim)`` holding ``z_1..z_K`` from one run.
+            return_steps_used: with ``steps="auto"``, also return the steps each text used.
+
+        Returns:
+            ``(n, dim)`` embeddings (``(dim,)`` for one string), or ``(embeddings, steps_used)``.
+
+        Raises:
+            TypeError: an item of ``texts`` is not a string (the message names its index).
+            ValueError: a bad ``steps``, ``method``, ``attention`` or other setting.
+        """
+        options = EncodeOptions.build(
+            method=method,
+            steps=steps,
+            max_steps=max_steps,
+            stop_tol=stop_tol,
+            attention=attention,
+            prompt_format=prompt_format,
+            tau=self.tau,
+            max_length=max_length,
+            batch_size=batch_size,
+        )
+        if return_all_steps and (method != "gircse" or options.adaptive):
+            raise ValueError("return_all_steps needs method='gircse' and a fixed number of steps")
+        items, single = validate_texts(texts)
+        embeddings, used = encode_texts(
+            self.backbone,
+            items,
+            options,
+            instruction=instruction or "",
+            return_all_steps=return_all_steps,
+            show_progress_bar=show_progress_bar,
+        )
+        out = to_output(embeddings, normalize=normalize, convert_to_numpy=convert_to_numpy, single=single)
+        if return_steps_used:
+            if used is None:
+                used = torch.full((len(items),), options.steps if method == "gircse" else 1)
+            used_out = used.numpy() if convert_to_numpy else used
+            return out, (used_out[0] if single else used_out)
+        return out
+
+    def encode_query(self, texts: str | list[str], *, instruction: str | None = None, **kwargs: Any) -> Any:
+        """:meth:`encode` with a query instruction (default :data:`DEFAULT_QUERY_INSTRUCTION`)."""
+        return self.encode(
+            texts, instruction=DEFAULT_QUERY_INSTRUCTION if instruction is None else instruction, **kwargs
+        )
+
+    def encode_document(self, texts: str | list[str], **kwargs: Any) -> Any:
+        """:meth:`encode` with no instruction: documents are embedded as they are."""
+        kwargs.pop("instruction", None)
+        return self.encode(texts, instruction=None, **kwargs)
+
+    def inspect(
+        self,
+        text: str,
+        *,
+        instruction: str | None = None,
+        steps: int = 5,
+        top: int = 8,
+        prompt_format: str | None = None,
+    ) -> list[SoftTokenStep]:
+        """Per GIRCSE step, the ``top`` most probable vocabulary tokens of the soft token ``p_k``."""
+        options = EncodeOptions.build(method="gircse", steps=steps, prompt_format=prompt_format, tau=self.tau)
+        return inspect_soft_tokens(self.backbone, text, options, instruction=instruction or "", top=top)
+
+    def similarity(self, a: np.ndarray | torch.Tensor, b: np.ndarray | torch.Tensor) -> np.ndarray:
+        """Cosine similarity matrix between two sets of embeddings."""
+        a_t = torch.nn.functional.normalize(torch.as_tensor(np.atleast_2d(np.asarray(a)), dtype=torch.float32), dim=-1)
+        b_t = torch.nn.functional.normalize(torch.as_tensor(np.atleast_2d(np.asarray(b)), dtype=torch.float32), dim=-1)
+        return (a_t @ b_t.T).numpy()
+
+    def __repr__(self) -> str:
+        return f"GenerativeEmbedder({self.name!r}, dim={self.dim}, device={self.device})"

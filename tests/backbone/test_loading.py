@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+import genembed
+from genembed.backbone import MissingModelError, atomic_directory, load_backbone, resolve_dtype
+
+
+def test_missing_local_path_says_what_and_how(tmp_path):
+    with pytest.raises(MissingModelError, match="does not exist"):
+        load_backbone(str(tmp_path / "nope" / "model"))
+
+
+def test_missing_gguf_file(tmp_path):
+    with pytest.raises(MissingModelError, match="GGUF file not found"):
+        load_backbone(tmp_path / "model.gguf")
+
+
+def test_folder_without_config(tmp_path):
+    with pytest.raises(MissingModelError, match="no config.json"):
+        load_backbone(tmp_path)
+
+
+def test_uncached_hub_id_fails_fast_with_instructions(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(MissingModelError, match="hf download some-org/some-model"):
+        load_backbone("some-org/some-model")
+
+
+def test_bad_dtype():
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        resolve_dtype("float8")
+    assert resolve_dtype("bf16") is torch.bfloat16
+
+
+def test_missing_adapter_folder(tmp_path, tiny, monkeypatch):
+    from genembed.loading import attach_adapter
+
+    with pytest.raises(MissingModelError, match="adapter_config.json"):
+        attach_adapter(tiny, tmp_path)
+
+
+def test_atomic_directory_leaves_nothing_on_failure(tmp_path):
+    target = tmp_path / "out"
+    with pytest.raises(RuntimeError), atomic_directory(target) as tmp:
+        (tmp / "half.bin").write_bytes(b"x")
+        raise RuntimeError("crash mid-write")
+    assert not target.exists()
+    assert os.listdir(tmp_path) == []
+    with atomic_directory(target) as tmp:
+        (tmp / "whole.bin").write_bytes(b"x")
+    assert (target / "whole.bin").read_bytes() == b"x"
+
+
+def test_hf_folder_round_trip(tmp_path, tiny):
+    tiny.model.save_pretrained(tmp_path)
+    tiny.tokenizer.save_pretrained(tmp_path)
+    model = genembed.load(tmp_path)
+    before = genembed.GenerativeEmbedder(tiny).encode(["a round trip"], steps=2)
+    after = model.encode(["a round trip"], steps=2)
+    assert abs(float((before * after).sum()) - 1.0) < 1e-5
+
+
+@pytest.mark.slow
+def test_default_model_loads_from_converted_cache(real_model):
+    config = real_model.backbone.model.config
+    assert (config.model_type, config.num_hidden_layers, config.hidden_size, config.vocab_size) == (
+        "llama",
+        30,
+        576,
+        49152,
+    )
+    assert real_model.dim == 576
+    assert os.path.isfile(os.path.join(real_model.backbone.path, "model.safetensors"))
+    assert "quantization_config" not in config.to_dict()

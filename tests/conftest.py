@@ -1,0 +1,54 @@
+"""Shared fixtures: a tiny random Llama built once per session (each test gets a deep copy) and,
+for tests marked ``slow``, the real default model."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_thread_per_test_process():
+    # Tests run on shared 2-core machines; tiny models are fastest single-threaded.
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def _tiny_backbone():
+    from genembed.backbone import tiny_backbone
+
+    return tiny_backbone(seed=0)
+
+
+@pytest.fixture
+def tiny(_tiny_backbone):
+    """A fresh copy of the tiny backbone (tests may modify it)."""
+    return copy.deepcopy(_tiny_backbone)
+
+
+@pytest.fixture
+def tiny_model(tiny):
+    from genembed.model import GenerativeEmbedder
+
+    return GenerativeEmbedder(tiny)
+
+
+@pytest.fixture(scope="session")
+def real_model():
+    """The bundled default model (SmolLM2-135M-Instruct), loaded once; do not modify it."""
+    import genembed
+
+    return genembed.load()
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    path = SHARED / "data"
+    if not path.is_dir():
+        pytest.skip(f"shared data not found at {path}")
+    return path

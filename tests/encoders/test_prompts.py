@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+import pytest
+
+from genembed.encoders import collate, encode_prompts, prompt_spans
+
+
+def test_plain_format_matches_instruction_newline_text(tiny):
+    tok = tiny.tokenizer
+    (p,) = encode_prompts(tok, ["the text"], instruction="Do this.", prompt_format="plain")
+    assert tok.decode(p.ids) == "Do this.\nthe text"
+    assert tok.decode(p.ids[p.text_start : p.text_end]) == "the text"
+    (q,) = encode_prompts(tok, ["the text"], instruction="", prompt_format="plain")
+    assert tok.decode(q.ids) == "the text" and (q.text_start, q.text_end) == (0, len(q.ids))
+
+
+def test_chat_format_uses_the_template_and_ends_with_generation_prompt(tiny):
+    prefix, suffix = prompt_spans(tiny.tokenizer, "Find the intent.", "chat")
+    assert prefix == "<|im_start|>user\nFind the intent.\n"
+    assert suffix == "<|im_end|>\n<|im_start|>assistant\n"
+    (p,) = encode_prompts(tiny.tokenizer, ["card lost"], instruction="Find the intent.", prompt_format="chat")
+    assert tiny.tokenizer.decode(p.ids[p.text_start : p.text_end]) == "card lost"
+
+
+def test_truncation_keeps_instruction_and_template(tiny):
+    long_text = "word " * 500
+    (p,) = encode_prompts(tiny.tokenizer, [long_text], instruction="Keep me.", prompt_format="chat", max_length=40)
+    assert len(p.ids) == 40
+    assert tiny.tokenizer.decode(p.ids).endswith("<|im_end|>\n<|im_start|>assistant\n")
+    assert "Keep me." in tiny.tokenizer.decode(p.ids)
+
+
+def test_max_length_too_small_for_template(tiny):
+    with pytest.raises(ValueError, match="leaves no room"):
+        encode_prompts(tiny.tokenizer, ["x"], instruction="A long instruction here", prompt_format="chat", max_length=3)
+
+
+def test_unknown_format(tiny):
+    with pytest.raises(ValueError, match="prompt format must be one of"):
+        encode_prompts(tiny.tokenizer, ["x"], prompt_format="fancy")
+
+
+def test_collate_left_pads_and_marks_text(tiny):
+    prompts = encode_prompts(tiny.tokenizer, ["a", "a longer text"], instruction="I.", prompt_format="plain")
+    batch = collate(prompts, pad_id=tiny.tokenizer.pad_token_id)
+    short, long_ = prompts
+    width = len(long_.ids)
+    assert batch.input_ids.shape == (2, width)
+    pad = width - len(short.ids)
+    assert batch.attention_mask[0].tolist() == [0] * pad + [1] * len(short.ids)
+    assert batch.text_mask[0].sum() == short.text_end - short.text_start
+    assert batch.text_mask[0, : pad + short.text_start].sum() == 0
