@@ -16,7 +16,7 @@ def test_plain_format_matches_instruction_newline_text(tiny):
 
 def test_chat_format_uses_the_template_and_ends_with_generation_prompt(tiny):
     prefix, suffix = prompt_spans(tiny.tokenizer, "Find the intent.", "chat")
-    assert prefix == "<|im_start|>user\nFind the intent.\n"
+    assert prefix == "<|im_start|>system\n<|im_end|>\n<|im_start|>user\nFind the intent.\n"
     assert suffix == "<|im_end|>\n<|im_start|>assistant\n"
     (p,) = encode_prompts(tiny.tokenizer, ["card lost"], instruction="Find the intent.", prompt_format="chat")
     assert tiny.tokenizer.decode(p.ids[p.text_start : p.text_end]) == "card lost"

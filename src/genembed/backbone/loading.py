@@ -127,7 +127,7 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     try:
         import gguf as _gguf  # noqa: F401  (transformers needs it to read the file)
     except ImportError as exc:
-        raise MissingModelError("Reading .gguf files needs the `gguf` package: pip install 'genembed[gguf]'") from exc
+        raise MissingModelError("Reading .gguf files needs the `gguf` package: pip install gguf") from exc
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 

@@ -8,10 +8,11 @@ so we know exactly which tokens are the text (pooled by ``mean``/``grit``) and w
 instruction and template (attended to, never pooled). Formats:
 
 - ``plain``: ``f"{instruction}\\n{text}"``, or just ``text`` when the instruction is empty.
-- ``chat``: the backbone's own chat template around a user turn holding ``instruction\\ntext``,
-  ending with the assistant generation prompt, so generative methods (``gircse``) continue as the
-  assistant would. For SmolLM2 that is
-  ``<|im_start|>system\\n...<|im_end|>\\n<|im_start|>user\\n{instruction}\\n{text}<|im_end|>\\n<|im_start|>assistant\\n``.
+- ``chat``: the backbone's own chat template around an empty system turn (so no long default
+  system prompt is inserted) and a user turn holding ``instruction\\ntext``, ending with the
+  assistant generation prompt, so generative methods (``gircse``) continue as the assistant would.
+  For SmolLM2 that is
+  ``<|im_start|>system\\n<|im_end|>\\n<|im_start|>user\\n{instruction}\\n{text}<|im_end|>\\n<|im_start|>assistant\\n``.
 
 Texts longer than ``max_length`` tokens (prefix and suffix included) have their text span cut
 from the end; the instruction and template are always kept whole. An empty text is pooled over the whole
@@ -47,9 +48,13 @@ def prompt_spans(tokenizer: Any, instruction: str, prompt_format: str) -> tuple[
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError("prompt format 'chat' needs a tokenizer with a chat template; use 'plain'")
         content = f"{instruction}\n{_SENTINEL}" if instruction else _SENTINEL
-        rendered = tokenizer.apply_chat_template(
-            [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
-        )
+        user = [{"role": "user", "content": content}]
+        try:  # an empty system turn keeps templates from inserting a long default system prompt
+            rendered = tokenizer.apply_chat_template(
+                [{"role": "system", "content": ""}, *user], tokenize=False, add_generation_prompt=True
+            )
+        except Exception:  # templates without a system role
+            rendered = tokenizer.apply_chat_template(user, tokenize=False, add_generation_prompt=True)
         prefix, _, suffix = rendered.partition(_SENTINEL)
         return prefix, suffix
     raise ValueError(f"prompt format must be one of {PROMPT_FORMATS}, got {prompt_format!r}")
