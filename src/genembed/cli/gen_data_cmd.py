@@ -1,0 +1,53 @@
+"""``genembed make-gen-data INPUT... --out FILE``: the model answers prompts; the answers become
+generative training data (``{"prompt", "response"}`` lines) for joint GRIT training.
+
+    genembed make-gen-data ../shared/data/train/*.jsonl --out runs/selfgen.jsonl --limit 2000
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ._common import AdapterOpt, DtypeOpt, ModelOpt, load_model
+
+
+def make_gen_data(
+    inputs: Annotated[list[Path], typer.Argument(help="JSONL files (query / prompt / text field) or .txt files")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="generative JSONL to write")],
+    model: ModelOpt = None,
+    adapter: AdapterOpt = None,
+    dtype: DtypeOpt = "float32",
+    field: Annotated[str | None, typer.Option("--field", help="JSON field holding the prompt")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="answer at most this many prompts")] = None,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", min=1)] = 128,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1)] = 8,
+    temperature: Annotated[float, typer.Option("--temperature", min=0.0, help="0 = greedy")] = 0.0,
+    top_p: Annotated[float, typer.Option("--top-p", min=0.0, max=1.0)] = 1.0,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+) -> None:
+    """Generate responses to prompts with the (base) model and write generative training data."""
+    from genembed.training.data import DataError
+    from genembed.training.selfgen import generate_responses, read_prompts
+
+    try:
+        prompts = read_prompts(inputs, field=field)
+    except DataError as exc:
+        typer.secho(f"error: {exc}", fg="red", err=True)
+        raise typer.Exit(2) from exc
+    loaded = load_model(model, adapter, dtype)
+    path = generate_responses(
+        loaded.backbone,
+        prompts,
+        out,
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+        temperature=temperature,
+        top_p=top_p,
+        seed=seed,
+        limit=limit,
+    )
+    rows = sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+    typer.echo(f"wrote {rows} prompt/response pairs to {path}")

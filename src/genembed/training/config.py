@@ -1,0 +1,310 @@
+"""Typed training configuration: nested dataclasses, a YAML loader and dotted command-line overrides.
+
+A run is described by one :class:`RunConfig`. Every default runs on a laptop CPU; ``configs/`` holds
+examples. Loading is strict: an unknown key, a wrong type or an out-of-range value is an error that
+names the key.
+
+>>> cfg = load_config("configs/tiny-gircse.yaml", ["train.lr=3e-4", "embedding.steps=3"])
+>>> cfg.train.lr
+0.0003
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = [
+    "ConfigError",
+    "DataConfig",
+    "DataFile",
+    "EmbeddingConfig",
+    "GenerativeConfig",
+    "LoraSettings",
+    "LossConfig",
+    "ModelConfig",
+    "RunConfig",
+    "TrainConfig",
+    "apply_overrides",
+    "config_from_dict",
+    "config_to_dict",
+    "load_config",
+]
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; the message names the key."""
+
+
+@dataclass
+class DataFile:
+    """One JSONL file of a mixture."""
+
+    path: str  # a file; relative paths are resolved against the config file's folder
+    weight: float | None = None  # sampling weight; None = the file's number of rows
+    symmetric: bool = False  # documents get the row's instruction too (pairs of the same kind, e.g. STS)
+
+
+@dataclass
+class ModelConfig:
+    name: str | None = None  # None = bundled default; an HF folder, a .gguf file, a cached hub id, or "tiny"
+    dtype: str = "float32"  # weights dtype: float32 or bfloat16 (see train.precision for autocast)
+    tiny_seed: int = 0  # weights seed when name is "tiny" (a random 2-layer model for tests and examples)
+
+
+@dataclass
+class LoraSettings:
+    enabled: bool = True  # False = full fine-tuning of every weight
+    r: int = 16  # rank
+    alpha: float = 32.0  # scaling numerator (scale = alpha / r)
+    dropout: float = 0.05
+    target_modules: str | list[str] = "all-linear"  # every linear projection except the LM head
+
+
+@dataclass
+class EmbeddingConfig:
+    method: str = "gircse"  # gircse (K soft tokens, ICR loss) or grit (bidirectional mean pooling, InfoNCE)
+    steps: int = 5  # K, the number of soft tokens (gircse)
+    tau: float = 1.0  # soft-token softmax temperature (gircse)
+    attention: str = "causal"  # attention among prompt tokens (gircse); grit is always bidirectional
+    prompt_format: str | None = None  # chat or plain; None = chat for gircse, plain for grit
+    query_max_length: int = 64  # tokens per query prompt (instruction and template included)
+    doc_max_length: int = 128  # tokens per document prompt
+    use_cache: bool = True  # KV-cached soft tokens; False recomputes the sequence every step (reference)
+
+
+@dataclass
+class LossConfig:
+    temperature: float = 0.02  # InfoNCE temperature on cosine similarities
+    reg_weight: float = 1.0  # lambda, weight of the ICR refinement regulariser
+    reduction: str = "mean"  # mean or sum of the K stepwise losses
+    final_step_only: bool = False  # ablation: train only z_K
+    regularizer: bool = True  # ablation switch for the refinement regulariser
+    cross_device_negatives: bool = True  # multi-process: score queries against every process's documents
+
+
+@dataclass
+class DataConfig:
+    files: list[DataFile] = field(default_factory=list)  # contrastive JSONL files (globs allowed)
+    batch_size: int = 16  # queries per micro-batch on each process
+    hard_negatives: int = 1  # hard negatives per query (1 pos + n neg); rows with fewer use what they have
+    one_file_per_batch: bool = True  # draw each batch from one file (harder in-batch negatives)
+    doc_instruction: str = ""  # instruction on documents (symmetric files use the row's instead)
+
+
+@dataclass
+class GenerativeConfig:
+    files: list[DataFile] = field(default_factory=list)  # generative JSONL (messages or prompt/response)
+    weight: float = 1.0  # factor on the generative loss (used when files are given)
+    aggregation: str = "mixed"  # sample, token or mixed (see losses/generative.py)
+    batch_size: int = 4  # sequences per micro-batch on each process
+    max_length: int = 256  # tokens per sequence (cut from the end)
+
+
+@dataclass
+class TrainConfig:
+    output_dir: str = "runs/genembed"  # adapter, resolved config, metrics, plot and checkpoints
+    max_steps: int = 100  # optimizer steps
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    schedule: str = "cosine"  # cosine, linear or constant, after a linear warmup
+    warmup_steps: int = 0
+    grad_accum: int = 1  # micro-batches per optimizer step
+    max_grad_norm: float = 1.0  # 0 disables clipping
+    precision: str = "fp32"  # fp32, or bf16 autocast (weights stay in model.dtype)
+    gradient_checkpointing: bool = False  # recompute activations per chunk of texts in the backward pass
+    checkpoint_chunk: int = 8  # texts per recomputed chunk
+    seed: int = 42
+    save_every: int = 50  # checkpoint every N steps (0 = only at the end)
+    keep_checkpoints: int = 2  # newest checkpoints kept
+    threads: int | None = None  # torch threads per process; None = torch's default
+    overwrite: bool = False  # allow a non-empty output_dir that holds no resumable run
+    progress: bool = True  # tqdm progress bar
+
+
+@dataclass
+class RunConfig:
+    """Everything one training run needs."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    generative: GenerativeConfig = field(default_factory=GenerativeConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+_CHOICES = {
+    "model.dtype": ("float32", "bfloat16"),
+    "embedding.method": ("gircse", "grit"),
+    "embedding.attention": ("causal", "bidirectional"),
+    "embedding.prompt_format": (None, "chat", "plain"),
+    "loss.reduction": ("mean", "sum"),
+    "generative.aggregation": ("sample", "token", "mixed"),
+    "train.schedule": ("cosine", "linear", "constant"),
+    "train.precision": ("fp32", "bf16"),
+}
+_POSITIVE = ("lora.r", "embedding.steps", "embedding.tau", "embedding.query_max_length", "embedding.doc_max_length")
+_POSITIVE += ("loss.temperature", "data.batch_size", "generative.batch_size", "generative.max_length")
+_POSITIVE += ("train.max_steps", "train.grad_accum", "train.checkpoint_chunk", "train.keep_checkpoints")
+_NON_NEGATIVE = ("lora.dropout", "loss.reg_weight", "data.hard_negatives", "generative.weight", "train.lr")
+_NON_NEGATIVE += ("train.weight_decay", "train.warmup_steps", "train.max_grad_norm", "train.save_every")
+
+
+def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
+    """Load a YAML config (or the defaults when ``path`` is None) and apply ``key=value`` overrides.
+
+    Relative data paths in the file are resolved against the file's folder; paths in overrides
+    against the current directory.
+
+    Raises:
+        ConfigError: unreadable YAML, an unknown key, a wrong type or an invalid value (the message names it).
+    """
+    raw: dict[str, Any] = {}
+    base = Path.cwd()
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        try:
+            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(raw).__name__}")
+        base = path.parent
+    config = config_from_dict(raw)
+    for files in (config.data.files, config.generative.files):
+        for item in files:
+            if not os.path.isabs(os.path.expanduser(item.path)):
+                item.path = os.path.normpath(base / item.path)
+    return apply_overrides(config, overrides)  # paths given on the command line stay relative to the cwd
+
+
+def config_from_dict(raw: dict[str, Any]) -> RunConfig:
+    """Build and validate a :class:`RunConfig` from nested dicts (e.g. parsed YAML)."""
+    config = _build(RunConfig, raw, "")
+    validate(config)
+    return config
+
+
+def config_to_dict(config: RunConfig) -> dict[str, Any]:
+    """Plain nested dicts (YAML-safe) of a config."""
+    return dataclasses.asdict(config)
+
+
+def apply_overrides(config: RunConfig, overrides: list[str] | tuple[str, ...]) -> RunConfig:
+    """Apply ``section.key=value`` overrides (values parsed as YAML: ``3e-4``, ``true``, ``[a, b]``)."""
+    if not overrides:
+        return config
+    raw = config_to_dict(config)
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"override {item!r} must look like section.key=value")
+        parts = key.split(".")
+        node = raw
+        for i, part in enumerate(parts[:-1]):
+            if not isinstance(node, dict) or part not in node:
+                raise ConfigError(f"override {item!r}: unknown key {'.'.join(parts[: i + 1])!r}")
+            node = node[part]
+        if not isinstance(node, dict) or parts[-1] not in node:
+            raise ConfigError(f"override {item!r}: unknown key {key!r}")
+        try:
+            node[parts[-1]] = yaml.safe_load(value) if value.strip() else None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"override {item!r}: value is not valid YAML: {exc}") from exc
+    return config_from_dict(raw)
+
+
+def validate(config: RunConfig) -> None:
+    """Range and choice checks across the config; raise :class:`ConfigError` naming the key."""
+    for key, choices in _CHOICES.items():
+        value = _get(config, key)
+        if value not in choices:
+            raise ConfigError(f"{key} must be one of {[c for c in choices if c is not None]}, got {value!r}")
+    for key in _POSITIVE:
+        if not _get(config, key) > 0:
+            raise ConfigError(f"{key} must be > 0, got {_get(config, key)!r}")
+    for key in _NON_NEGATIVE:
+        if _get(config, key) < 0:
+            raise ConfigError(f"{key} must be >= 0, got {_get(config, key)!r}")
+    if not config.lora.dropout < 1:
+        raise ConfigError(f"lora.dropout must be < 1, got {config.lora.dropout}")
+    for section in ("data", "generative"):
+        for i, item in enumerate(getattr(config, section).files):
+            if item.weight is not None and not item.weight > 0:
+                raise ConfigError(f"{section}.files[{i}].weight must be > 0, got {item.weight}")
+    if config.embedding.method == "grit" and config.embedding.attention != "causal":
+        raise ConfigError("embedding.attention applies to gircse only (grit is always bidirectional)")
+
+
+def _get(config: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        config = getattr(config, part)
+    return config
+
+
+def _build(cls: type, raw: Any, where: str) -> Any:
+    """Build dataclass ``cls`` from a mapping, checking every key and value type."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where or 'config'} must be a mapping, got {type(raw).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - names)
+    if unknown:
+        raise ConfigError(f"unknown key {_join(where, unknown[0])!r} (known: {', '.join(sorted(names))})")
+    kwargs = {name: _convert(hints[name], value, _join(where, name)) for name, value in raw.items()}
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:  # a required field is missing
+        raise ConfigError(f"{where or 'config'}: {exc}") from exc
+
+
+def _convert(hint: Any, value: Any, where: str) -> Any:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _convert(arg, value, where)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{where}: {value!r} matches none of {hint}")
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{where} must be a list, got {value!r}")
+        return [_convert(args[0], item, f"{where}[{i}]") for i, item in enumerate(value)]
+    if hint is DataFile and isinstance(value, str):
+        return DataFile(path=value)
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, where)
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if (hint is bool and isinstance(value, bool)) or (hint is str and isinstance(value, str)):
+        return value
+    if hint is int and is_number and isinstance(value, int):
+        return value
+    if hint is float and is_number:
+        return float(value)
+    if hint is float and isinstance(value, str):  # YAML 1.1 reads "3e-4" as a string
+        with contextlib.suppress(ValueError):
+            return float(value)
+    raise ConfigError(f"{where} must be {getattr(hint, '__name__', hint)}, got {value!r}")
+
+
+def _join(where: str, name: str) -> str:
+    return f"{where}.{name}" if where else name

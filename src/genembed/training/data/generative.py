@@ -1,0 +1,147 @@
+"""Generative training rows and their tokenization with loss labels on the response tokens only.
+
+A line is either a chat, ``{"messages": [{"role": "user", "content": ...}, {"role": "assistant", ...}]}``,
+or one exchange, ``{"prompt": ..., "response": ...}``. Every assistant turn is a response whose
+tokens (including the template's end-of-turn marker) get a next-token loss; the system and user
+turns and the template around them are context only.
+
+Conversations are rendered exactly as given, as :mod:`genembed.generation.chat` renders them when the
+model chats: a template that inserts a default system prompt (SmolLM2's does) inserts it here too,
+so the model learns in the setting it generates in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .jsonl import DataError, iter_jsonl, require_string
+
+__all__ = ["GenerativeBatch", "GenerativeRow", "collate_generative", "read_generative", "render_chat", "tokenize_chat"]
+
+_ROLES = ("system", "user", "assistant")
+IGNORE = -100
+
+
+@dataclass(frozen=True)
+class GenerativeRow:
+    """One conversation: ``messages`` as ``(role, content)`` pairs, at least one from the assistant."""
+
+    messages: tuple[tuple[str, str], ...]
+
+
+def read_generative(path: str | Path) -> list[GenerativeRow]:
+    """Read and validate a generative JSONL file (chat ``messages`` or ``prompt``/``response``).
+
+    Raises:
+        DataError: naming the file, the line number and the field.
+    """
+    rows = []
+    for line, obj in iter_jsonl(path):
+        if "messages" in obj:
+            if set(obj) != {"messages"}:
+                extra = sorted(set(obj) - {"messages"})[0]
+                raise DataError(path, line, f"unknown field {extra!r} next to 'messages'")
+            rows.append(GenerativeRow(_messages(obj["messages"], path, line)))
+        elif "prompt" in obj or "response" in obj:
+            unknown = sorted(set(obj) - {"prompt", "response"})
+            if unknown:
+                raise DataError(path, line, f"unknown field {unknown[0]!r} (expected 'prompt' and 'response')")
+            prompt = require_string(obj, "prompt", path, line)
+            response = require_string(obj, "response", path, line)
+            rows.append(GenerativeRow((("user", prompt), ("assistant", response))))
+        else:
+            raise DataError(path, line, "missing field 'messages' (or 'prompt' and 'response')")
+    return rows
+
+
+def _messages(value: Any, path: str | Path, line: int) -> tuple[tuple[str, str], ...]:
+    if not isinstance(value, list) or not value:
+        raise DataError(path, line, "field 'messages' must be a non-empty list of {role, content} objects")
+    out = []
+    for i, message in enumerate(value):
+        where = f"messages[{i}]"
+        if not isinstance(message, dict):
+            raise DataError(path, line, f"field {where!r} must be an object, got {type(message).__name__}")
+        for key in ("role", "content"):
+            if not isinstance(message.get(key), str):
+                raise DataError(path, line, f"field '{where}.{key}' is missing or not a string")
+        if message["role"] not in _ROLES:
+            raise DataError(path, line, f"field '{where}.role' must be one of {_ROLES}, got {message['role']!r}")
+        if message["role"] == "assistant" and not message["content"].strip():
+            raise DataError(path, line, f"field '{where}.content' is an empty assistant response")
+        out.append((message["role"], message["content"]))
+    if not any(role == "assistant" for role, _ in out):
+        raise DataError(path, line, "field 'messages' has no assistant turn to learn from")
+    return tuple(out)
+
+
+def render_chat(tokenizer: Any, messages: Sequence[tuple[str, str]], *, add_generation_prompt: bool) -> str:
+    """The chat template applied to ``(role, content)`` messages."""
+    dicts = [{"role": role, "content": content} for role, content in messages]
+    return tokenizer.apply_chat_template(dicts, tokenize=False, add_generation_prompt=add_generation_prompt)
+
+
+def tokenize_chat(tokenizer: Any, row: GenerativeRow, max_length: int) -> tuple[list[int], list[int]] | None:
+    """Token ids and labels (the ids on response tokens, :data:`IGNORE` elsewhere), cut to ``max_length``.
+
+    Returns None when no response token survives the cut.
+
+    Raises:
+        ValueError: the chat template does not render a conversation as a prefix of its continuation.
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("generative training needs a tokenizer with a chat template")
+    full = render_chat(tokenizer, row.messages, add_generation_prompt=False)
+    segments: list[tuple[str, bool]] = []
+    done = 0
+    for i, (role, _) in enumerate(row.messages):
+        if role != "assistant":
+            continue
+        before = render_chat(tokenizer, row.messages[:i], add_generation_prompt=True) if i else ""
+        after = render_chat(tokenizer, row.messages[: i + 1], add_generation_prompt=False)
+        if not (full.startswith(after) and after.startswith(before) and len(before) >= done):
+            raise ValueError("the chat template does not render conversations prefix-consistently")
+        segments += [(full[done : len(before)], False), (after[len(before) :], True)]
+        done = len(after)
+    segments.append((full[done:], False))
+    ids: list[int] = []
+    labels: list[int] = []
+    for text, is_response in segments:
+        if not text:
+            continue
+        piece = tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids += piece
+        labels += piece if is_response else [IGNORE] * len(piece)
+    ids, labels = ids[:max_length], labels[:max_length]
+    # the first token is never predicted, so a response must have a token after position 0
+    if not any(label != IGNORE for label in labels[1:]):
+        return None
+    return ids, labels
+
+
+@dataclass
+class GenerativeBatch:
+    """Left-padded ``input_ids``, ``attention_mask`` and ``labels`` (``IGNORE`` off the responses), ``(B, T)``."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    labels: torch.Tensor
+
+
+def collate_generative(items: Sequence[tuple[list[int], list[int]]], pad_id: int) -> GenerativeBatch:
+    """Left-pad tokenized conversations (the same padding side as the embedding batches)."""
+    width = max(len(ids) for ids, _ in items)
+    input_ids = torch.full((len(items), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(items), width), dtype=torch.long)
+    labels = torch.full((len(items), width), IGNORE, dtype=torch.long)
+    for row, (ids, labs) in enumerate(items):
+        pad = width - len(ids)
+        input_ids[row, pad:] = torch.tensor(ids)
+        attention_mask[row, pad:] = 1
+        labels[row, pad:] = torch.tensor(labs)
+    return GenerativeBatch(input_ids, attention_mask, labels)

@@ -1,0 +1,142 @@
+"""A deterministic stream of batches drawn from several files with per-file weights.
+
+Each file is read as an endless sequence of shuffled passes. A batch is drawn from one file (chosen
+by weight) when ``one_file_per_batch`` is set, so in-batch negatives come from the same task and
+are harder; a file too small to fill a batch is topped up from the others. Rows that share a key
+text with a row already in the batch (e.g. the same query in several rows, as in files with one row
+per pair) are held back for a later batch of that file, so a batch never scores a query against a
+copy of its own positive.
+
+The stream depends only on the seed and the global batch size, so every process of a multi-process
+run draws the same global batches and takes its own slice, and a resumed run skips exactly the
+batches it has already used.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+
+__all__ = ["MixtureSampler"]
+
+
+class _FileStream:
+    """Endless shuffled passes over one file's rows, with a queue of rows held back for later."""
+
+    def __init__(self, size: int, rng: np.random.Generator):
+        self.size, self.rng = size, rng
+        self.order: list[int] = []
+        self.cursor = 0
+        self.held: deque[int] = deque()
+
+    def _fresh(self) -> int:
+        if self.cursor == len(self.order):
+            self.order, self.cursor = self.rng.permutation(self.size).tolist(), 0
+        self.cursor += 1
+        return self.order[self.cursor - 1]
+
+    def take(self, n: int, used: set[Hashable], keys: Sequence[Sequence[Hashable]] | None) -> list[int]:
+        """Up to ``n`` rows whose keys are not in ``used`` (which is updated); looks at most one pass ahead."""
+        chosen: list[int] = []
+        for _ in range(len(self.held)):
+            if len(chosen) == n:
+                break
+            row = self.held.popleft()
+            if not self._accept(row, used, keys, chosen):
+                self.held.append(row)
+        looked = 0
+        while len(chosen) < n and looked < self.size:
+            row = self._fresh()
+            looked += 1
+            if not self._accept(row, used, keys, chosen):
+                self.held.append(row)
+        return chosen
+
+    def _accept(
+        self, row: int, used: set[Hashable], keys: Sequence[Sequence[Hashable]] | None, chosen: list[int]
+    ) -> bool:
+        # the row itself (a batch that spans two passes could otherwise hold a row twice) and its key texts
+        row_keys = [(id(self), row), *(keys[row] if keys is not None else ())]
+        if any(k in used for k in row_keys):
+            return False
+        used.update(row_keys)
+        chosen.append(row)
+        return True
+
+
+class MixtureSampler:
+    """Batches of ``(file index, row index)`` pairs.
+
+    Args:
+        sizes: rows per file.
+        weights: sampling weight per file (need not sum to 1).
+        batch_size: rows per (global) batch.
+        seed: the whole stream follows from it.
+        one_file_per_batch: draw each batch from one file where it has enough rows.
+        keys: per file, per row, the texts that may occur only once in a batch (None: no constraint).
+    """
+
+    def __init__(
+        self,
+        sizes: Sequence[int],
+        weights: Sequence[float],
+        batch_size: int,
+        *,
+        seed: int,
+        one_file_per_batch: bool = True,
+        keys: Sequence[Sequence[Sequence[Hashable]]] | None = None,
+    ):
+        if not sizes or len(sizes) != len(weights) or min(sizes) < 1:
+            raise ValueError("need at least one file, one weight per file, and at least one row per file")
+        if min(weights) <= 0:
+            raise ValueError(f"weights must be > 0, got {list(weights)}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.batch_size = batch_size
+        self.one_file_per_batch = one_file_per_batch
+        self.keys = keys
+        self.probs = np.asarray(weights, dtype=np.float64) / float(np.sum(weights))
+        root = np.random.SeedSequence(seed)
+        children = root.spawn(len(sizes) + 1)
+        self.rng = np.random.default_rng(children[0])
+        self.streams = [
+            _FileStream(size, np.random.default_rng(c)) for size, c in zip(sizes, children[1:], strict=True)
+        ]
+        self.batches_drawn = 0
+
+    def next_batch(self) -> list[tuple[int, int]]:
+        """The next batch; it has ``batch_size`` rows unless all files together cannot supply them."""
+        used: set[Hashable] = set()
+        batch: list[tuple[int, int]] = []
+        if self.one_file_per_batch:
+            first = int(self.rng.choice(len(self.streams), p=self.probs))
+            order = [first] + [int(i) for i in self._weighted_order(exclude=first)]
+            for file in order:
+                need = self.batch_size - len(batch)
+                if need == 0:
+                    break
+                batch += [(file, row) for row in self.streams[file].take(need, used, self._keys(file))]
+        else:
+            files = self.rng.choice(len(self.streams), size=self.batch_size, p=self.probs)
+            for file in files.tolist():
+                batch += [(file, row) for row in self.streams[file].take(1, used, self._keys(file))]
+        self.batches_drawn += 1
+        return batch
+
+    def skip(self, n: int) -> None:
+        """Draw and discard ``n`` batches (to resume where a run stopped)."""
+        for _ in range(n):
+            self.next_batch()
+
+    def _keys(self, file: int) -> Sequence[Sequence[Hashable]] | None:
+        return None if self.keys is None else self.keys[file]
+
+    def _weighted_order(self, exclude: int) -> list[int]:
+        """The other files in a weighted random order (for topping up a short batch)."""
+        others = [i for i in range(len(self.streams)) if i != exclude]
+        if not others:
+            return []
+        p = self.probs[others] / self.probs[others].sum()
+        return self.rng.choice(others, size=len(others), replace=False, p=p).tolist()

@@ -1,0 +1,127 @@
+"""Read every configured file up front (so bad data fails before training) and serve global batches."""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .batches import ContrastiveBatch, build_contrastive_batch
+from .contrastive import ContrastiveRow, read_contrastive
+from .generative import GenerativeBatch, GenerativeRow, collate_generative, read_generative, tokenize_chat
+from .jsonl import DataError
+from .sampler import MixtureSampler
+
+__all__ = ["ContrastiveStream", "FileSpec", "GenerativeStream", "expand_files"]
+
+_GLOB_CHARS = set("*?[")
+
+
+@dataclass(frozen=True)
+class FileSpec:
+    """A concrete file of a mixture with its sampling weight (None = its row count) and symmetry."""
+
+    path: str
+    weight: float | None = None
+    symmetric: bool = False
+
+
+def expand_files(files: Sequence[Any]) -> list[FileSpec]:
+    """Expand glob patterns in file entries (objects with ``path``, ``weight``, ``symmetric``).
+
+    Raises:
+        DataError: a pattern matches nothing.
+    """
+    specs = []
+    for item in files:
+        path = os.path.expanduser(item.path)
+        matches = sorted(glob.glob(path)) if _GLOB_CHARS & set(path) else [path]
+        if not matches:
+            raise DataError(path, None, "pattern matches no file")
+        specs += [FileSpec(m, item.weight, getattr(item, "symmetric", False)) for m in matches]
+    return specs
+
+
+class ContrastiveStream:
+    """Global contrastive batches from a weighted mixture of files (see :class:`MixtureSampler`)."""
+
+    def __init__(
+        self,
+        files: Sequence[FileSpec],
+        *,
+        batch_size: int,
+        hard_negatives: int,
+        seed: int,
+        one_file_per_batch: bool = True,
+        doc_instruction: str = "",
+    ):
+        if not files:
+            raise DataError("data.files", None, "no contrastive training files configured")
+        self.files = list(files)
+        self.rows: list[list[ContrastiveRow]] = [read_contrastive(f.path) for f in self.files]
+        self.weights = [
+            f.weight if f.weight is not None else float(len(r)) for f, r in zip(files, self.rows, strict=True)
+        ]
+        keys = [[(row.query, *row.pos) for row in rows] for rows in self.rows]
+        self.sampler = MixtureSampler(
+            [len(r) for r in self.rows],
+            self.weights,
+            batch_size,
+            seed=seed,
+            one_file_per_batch=one_file_per_batch,
+            keys=keys,
+        )
+        self.hard_negatives, self.doc_instruction, self.seed = hard_negatives, doc_instruction, seed
+
+    def next(self) -> ContrastiveBatch:
+        rng = np.random.default_rng([self.seed, 1, self.sampler.batches_drawn])
+        picks = self.sampler.next_batch()
+        return build_contrastive_batch(
+            [self.rows[f][r] for f, r in picks],
+            hard_negatives=self.hard_negatives,
+            rng=rng,
+            doc_instruction=self.doc_instruction,
+            symmetric=[self.files[f].symmetric for f, _ in picks],
+        )
+
+    def skip(self, n: int) -> None:
+        self.sampler.skip(n)
+
+    def summary(self) -> list[dict[str, Any]]:
+        """Per file: path, rows and share of the batches."""
+        total = sum(self.weights)
+        return [
+            {"path": f.path, "rows": len(r), "share": round(w / total, 4)}
+            for f, r, w in zip(self.files, self.rows, self.weights, strict=True)
+        ]
+
+
+class GenerativeStream:
+    """Global generative batches (tokenized, with response-only labels) from a weighted mixture of files."""
+
+    def __init__(self, files: Sequence[FileSpec], *, batch_size: int, seed: int, tokenizer: Any, max_length: int):
+        self.rows: list[list[GenerativeRow]] = [read_generative(f.path) for f in files]
+        self.files = list(files)
+        self.weights = [
+            f.weight if f.weight is not None else float(len(r)) for f, r in zip(files, self.rows, strict=True)
+        ]
+        self.sampler = MixtureSampler(
+            [len(r) for r in self.rows], self.weights, batch_size, seed=seed + 1, one_file_per_batch=False
+        )
+        self.tokenizer, self.max_length = tokenizer, max_length
+
+    def next_rows(self) -> list[GenerativeRow]:
+        return [self.rows[f][r] for f, r in self.sampler.next_batch()]
+
+    def collate(self, rows: Sequence[GenerativeRow]) -> GenerativeBatch | None:
+        """Tokenize and left-pad rows; None when no row keeps a response token within ``max_length``."""
+        items = [tokenize_chat(self.tokenizer, row, self.max_length) for row in rows]
+        kept = [item for item in items if item is not None]
+        return collate_generative(kept, self.tokenizer.pad_token_id) if kept else None
+
+    def skip(self, n: int) -> None:
+        self.sampler.skip(n)

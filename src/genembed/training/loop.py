@@ -1,0 +1,387 @@
+"""``train``: the training loop, one readable function.
+
+    result = genembed.train("configs/tiny-gircse.yaml", ["train.max_steps=30"])
+
+Single process: ``genembed train CONFIG.yaml``. Several processes (data parallel through accelerate,
+gloo on CPU, NCCL on GPUs): ``accelerate launch --multi_gpu --num_processes 2 $(which genembed) train
+CONFIG.yaml``. Every process draws the same global batch and trains on its slice.
+
+The output folder receives the adapter (or the full model), ``genembed_train.yaml`` (the resolved
+config), ``metrics.jsonl`` (one record per step), ``metrics.png``, ``summary.json`` and
+``checkpoints/``; ``resume=True`` continues from the newest checkpoint with the same data order,
+optimizer, scheduler and RNG states.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from .checkpoint import capture_rng, latest_checkpoint, load_checkpoint, restore_rng, save_checkpoint
+from .config import ConfigError, RunConfig, config_to_dict, load_config
+from .data.streams import ContrastiveStream, GenerativeStream, expand_files
+from .forward import EmbedSettings, tokenize_texts
+from .lora import load_trainable_state, make_trainable, save_trained, trainable_state
+from .losses import ICRLoss, InfoNCE, NextTokenLoss
+from .metrics import MetricsLog, plot_metrics
+from .objective import Objective
+
+__all__ = ["TrainResult", "train"]
+
+logger = logging.getLogger(__name__)
+
+CONFIG_NAME = "genembed_train.yaml"
+# keys that may change between a run and its resumption without changing what is trained
+_RESUME_FREE = {"train.max_steps", "train.save_every", "train.keep_checkpoints", "train.threads", "train.progress"}
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train` returns."""
+
+    output_dir: Path
+    model: Any  # the trained model (a peft model with LoRA), in eval mode
+    tokenizer: Any
+    steps: int
+    final_loss: float
+    seconds: float  # wall time of this call
+
+
+def train(
+    config: RunConfig | str | os.PathLike, overrides: list[str] | tuple[str, ...] = (), *, resume: bool = False
+) -> TrainResult:
+    """Train an embedding model (GIRCSE with ICR, or GRIT jointly with a generative loss).
+
+    Args:
+        config: a :class:`RunConfig` or a YAML file.
+        overrides: ``section.key=value`` strings applied on top.
+        resume: continue from the newest checkpoint in ``train.output_dir`` (start fresh if none).
+
+    Returns:
+        A :class:`TrainResult` with the trained model and the output folder.
+
+    Raises:
+        ConfigError: a bad config, or an output folder holding another run.
+        DataError: a bad data file (raised before the model is loaded).
+    """
+    from accelerate import Accelerator
+    from accelerate.utils import gather_object, set_seed
+
+    t_start = time.perf_counter()
+    cfg = load_config(config, overrides) if not isinstance(config, RunConfig) else _with_overrides(config, overrides)
+    tc = cfg.train
+    # bf16 autocast is applied around the forward below rather than through accelerate's process-wide
+    # mixed-precision state, so that successive train() calls in one process may differ in precision
+    accelerator = Accelerator(cpu=not torch.cuda.is_available())
+    rank, world, main = accelerator.process_index, accelerator.num_processes, accelerator.is_main_process
+    _warn_if_single_process_launch(world)
+    if tc.threads:
+        torch.set_num_threads(tc.threads)
+    out = Path(tc.output_dir)
+    checkpoint = _prepare_output(out, cfg, resume, write=main)  # every process checks, so all fail alike
+    accelerator.wait_for_everyone()
+
+    # data first: a bad file fails in seconds, before a model is loaded
+    contrastive = ContrastiveStream(
+        expand_files(cfg.data.files),
+        batch_size=cfg.data.batch_size * world,
+        hard_negatives=cfg.data.hard_negatives,
+        seed=tc.seed,
+        one_file_per_batch=cfg.data.one_file_per_batch,
+        doc_instruction=cfg.data.doc_instruction,
+    )
+    set_seed(tc.seed)
+    backbone = _load_backbone(cfg)
+    tokenizer = backbone.tokenizer
+    generative = None
+    if cfg.generative.files:
+        generative = GenerativeStream(
+            expand_files(cfg.generative.files),
+            batch_size=cfg.generative.batch_size * world,
+            seed=tc.seed,
+            tokenizer=tokenizer,
+            max_length=cfg.generative.max_length,
+        )
+    model = make_trainable(
+        backbone.model,
+        lora=cfg.lora.enabled,
+        r=cfg.lora.r,
+        alpha=cfg.lora.alpha,
+        dropout=cfg.lora.dropout,
+        target_modules=cfg.lora.target_modules,
+    )
+    objective = _build_objective(cfg, model, has_generative=generative is not None)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=tc.lr, weight_decay=tc.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(tc.schedule, tc.warmup_steps, tc.max_steps))
+    objective, optimizer = accelerator.prepare(objective, optimizer)
+
+    start = 0
+    metrics = MetricsLog(out / "metrics.jsonl")
+    if checkpoint is not None:
+        state = load_checkpoint(checkpoint)
+        load_trainable_state(model, state["weights"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        restore_rng(state["rng"][rank] if rank < len(state["rng"]) else state["rng"][0])
+        start = state["step"]
+        contrastive.skip(start * tc.grad_accum)
+        if generative is not None:
+            generative.skip(start * tc.grad_accum)
+        if main:
+            metrics.truncate(start)
+            logger.info("resuming from %s (step %d)", checkpoint, start)
+
+    prompt_format = cfg.embedding.prompt_format or ("chat" if cfg.embedding.method == "gircse" else "plain")
+    device = accelerator.device
+    gathered = cfg.loss.cross_device_negatives and world > 1
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=tc.max_steps, initial=start, desc="train", disable=not (main and tc.progress), unit="step")
+    last_loss = math.nan
+    for step in range(start + 1, tc.max_steps + 1):
+        t_step = time.perf_counter()
+        sums: dict[str, torch.Tensor] = {}
+        for micro in range(tc.grad_accum):
+            batch = contrastive.next()
+            local = batch.shard(rank, world)
+            targets = batch if gathered else local
+            queries, documents = _tokenize(tokenizer, local, prompt_format, cfg.embedding)
+            gen_batch = None
+            if generative is not None:
+                rows = generative.next_rows()
+                per = len(rows) // world
+                gen_batch = generative.collate(rows[rank * per : (rank + 1) * per])
+            mask = targets.mask_tensor()
+            sync = micro == tc.grad_accum - 1
+            with contextlib.nullcontext() if sync else accelerator.no_sync(objective):
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=tc.precision == "bf16"):
+                    terms = objective(
+                        queries.to(device),
+                        documents.to(device),
+                        targets.label_tensor().to(device),
+                        None if mask is None else mask.to(device),
+                        None if gen_batch is None else _to(gen_batch, device),
+                    )
+                accelerator.backward(terms["objective"] / tc.grad_accum)
+            for key, value in terms.items():
+                if key != "objective":
+                    sums[key] = sums.get(key, 0) + value.detach().float() / tc.grad_accum
+        grad_norm = accelerator.clip_grad_norm_(params, tc.max_grad_norm) if tc.max_grad_norm > 0 else None
+        lr = scheduler.get_last_lr()[0]
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+
+        record = _record(step, accelerator.reduce(_flatten(sums), reduction="mean"), lr, grad_norm, t_step)
+        last_loss = record["loss"]
+        if main:
+            metrics.append(record)
+        bar.set_postfix(loss=f"{last_loss:.4f}", lr=f"{lr:.2e}")
+        bar.update(1)
+        if step == tc.max_steps or (tc.save_every and step % tc.save_every == 0):
+            _checkpoint(accelerator, gather_object, out, step, model, optimizer, scheduler, tc.keep_checkpoints)
+    bar.close()
+
+    model = accelerator.unwrap_model(objective).model.eval()
+    accelerator.wait_for_everyone()
+    if main:
+        _finish(out, cfg, model, tokenizer, metrics, contrastive, world, time.perf_counter() - t_start)
+    accelerator.wait_for_everyone()
+    if world > 1:
+        accelerator.end_training()  # tears down the process group (gloo aborts at exit otherwise)
+    return TrainResult(out, model, tokenizer, tc.max_steps, last_loss, time.perf_counter() - t_start)
+
+
+def _with_overrides(config: RunConfig, overrides: list[str] | tuple[str, ...]) -> RunConfig:
+    from .config import apply_overrides, config_from_dict
+
+    return apply_overrides(config_from_dict(config_to_dict(config)), overrides)
+
+
+def _warn_if_single_process_launch(world: int) -> None:
+    # `accelerate launch --num_processes N` without --multi_gpu starts ONE process on a machine without GPUs
+    if world == 1 and "ACCELERATE_MIXED_PRECISION" in os.environ and "MASTER_ADDR" in os.environ:
+        logger.warning(
+            "accelerate started a single process; on CPU pass --multi_gpu to `accelerate launch` to start "
+            "--num_processes processes (it selects the torchrun launcher; the gloo backend is used)"
+        )
+
+
+def _prepare_output(out: Path, cfg: RunConfig, resume: bool, *, write: bool) -> Path | None:
+    """Check the output folder and (``write``) prepare it and save the resolved config; return the
+    checkpoint to resume from."""
+    saved = out / CONFIG_NAME
+    checkpoint = latest_checkpoint(out / "checkpoints") if resume else None
+    if checkpoint is not None and saved.is_file():
+        changed = _changed_keys(yaml.safe_load(saved.read_text(encoding="utf-8")), config_to_dict(cfg))
+        changed -= _RESUME_FREE
+        if changed:
+            raise ConfigError(
+                f"cannot resume {out}: the config differs from the saved run in {sorted(changed)} "
+                "(only max_steps, save_every, keep_checkpoints, threads and progress may change)"
+            )
+    if resume and checkpoint is None and write:
+        logger.warning("no checkpoint in %s: starting from scratch", out / "checkpoints")
+    if not resume and out.is_dir() and any(out.iterdir()) and not cfg.train.overwrite:
+        raise ConfigError(
+            f"output folder {out} is not empty: pass --resume to continue its run, "
+            "choose another train.output_dir, or set train.overwrite=true"
+        )
+    if not write:
+        return checkpoint
+    if not resume:
+        shutil.rmtree(out / "checkpoints", ignore_errors=True)
+    if checkpoint is None:
+        (out / "metrics.jsonl").unlink(missing_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    _write_text(saved, yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+    return checkpoint
+
+
+def _changed_keys(old: Any, new: Any, prefix: str = "") -> set[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        keys = set(old) | set(new)
+        return set().union(*(_changed_keys(old.get(k), new.get(k), f"{prefix}{k}.") for k in keys)) if keys else set()
+    return set() if old == new else {prefix.rstrip(".")}
+
+
+def _load_backbone(cfg: RunConfig) -> Any:
+    if cfg.model.name == "tiny":
+        from ..backbone.tiny import tiny_backbone
+
+        return tiny_backbone(seed=cfg.model.tiny_seed)
+    from ..backbone.loading import load_backbone
+
+    return load_backbone(cfg.model.name, dtype=cfg.model.dtype)
+
+
+def _build_objective(cfg: RunConfig, model: Any, *, has_generative: bool) -> Objective:
+    emb, loss = cfg.embedding, cfg.loss
+    settings = EmbedSettings(
+        method=emb.method,
+        steps=emb.steps,
+        tau=emb.tau,
+        attention=emb.attention,
+        use_cache=emb.use_cache,
+        checkpoint_chunk=cfg.train.checkpoint_chunk if cfg.train.gradient_checkpointing else 0,
+    )
+    if emb.method == "gircse":
+        rep: ICRLoss | InfoNCE = ICRLoss(
+            loss.temperature,
+            loss.reg_weight,
+            loss.reduction,
+            final_step_only=loss.final_step_only,
+            regularizer=loss.regularizer,
+        )
+    else:
+        rep = InfoNCE(loss.temperature)
+    gen = NextTokenLoss(cfg.generative.aggregation) if has_generative else None
+    return Objective(model, settings, rep, gen, cfg.generative.weight, loss.cross_device_negatives)
+
+
+def _schedule(kind: str, warmup: int, total: int) -> Any:
+    """Learning-rate factor for the step about to run (0-based): linear warmup, then constant/linear/cosine."""
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        if kind == "constant":
+            return 1.0
+        progress = (step - warmup) / max(1, total - warmup)
+        return max(0.0, 1.0 - progress) if kind == "linear" else 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+    return factor
+
+
+def _tokenize(tokenizer: Any, batch: Any, prompt_format: str, emb: Any) -> tuple[Any, Any]:
+    """Left-padded prompts for a contrastive batch's queries and documents."""
+    q = tokenize_texts(
+        tokenizer, batch.queries, batch.query_instructions, prompt_format=prompt_format, max_length=emb.query_max_length
+    )
+    d = tokenize_texts(
+        tokenizer,
+        batch.documents,
+        batch.document_instructions,
+        prompt_format=prompt_format,
+        max_length=emb.doc_max_length,
+    )
+    return q, d
+
+
+def _to(batch: Any, device: torch.device) -> Any:
+    return type(batch)(*(getattr(batch, f).to(device) for f in ("input_ids", "attention_mask", "labels")))
+
+
+def _flatten(sums: dict[str, torch.Tensor]) -> torch.Tensor:
+    """One vector (loss, rep, reg, gen, L_1..L_K) so that a single all-reduce averages every metric."""
+    return torch.cat([torch.stack([sums["loss"], sums["rep"], sums["reg"], sums["gen"]]), sums["step_losses"]])
+
+
+def _record(step: int, values: torch.Tensor, lr: float, grad_norm: Any, t_step: float) -> dict[str, Any]:
+    vals = values.tolist()
+    record: dict[str, Any] = {"step": step, "loss": vals[0], "rep": vals[1], "reg": vals[2], "gen": vals[3]}
+    record |= {f"L_{k + 1}": v for k, v in enumerate(vals[4:])}
+    record |= {"lr": lr, "grad_norm": None if grad_norm is None else float(grad_norm)}
+    record["seconds"] = round(time.perf_counter() - t_step, 4)
+    return record
+
+
+def _checkpoint(accelerator, gather_object, out, step, model, optimizer, scheduler, keep) -> None:
+    rng = gather_object([capture_rng()])  # every process's RNG state, so dropout continues identically
+    if accelerator.is_main_process:
+        state = {
+            "weights": trainable_state(model),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "rng": rng,
+        }
+        save_checkpoint(out / "checkpoints", step, state, keep=keep)
+    accelerator.wait_for_everyone()
+
+
+def _finish(
+    out: Path, cfg: RunConfig, model: Any, tokenizer: Any, metrics: MetricsLog, data: Any, world: int, seconds: float
+) -> None:
+    """Write the trained weights (file by file, atomically), the plot and a summary."""
+    with tempfile.TemporaryDirectory(dir=out, prefix=".final-") as tmp:
+        for name in save_trained(model, tokenizer, tmp):
+            os.replace(Path(tmp) / name, out / name)
+    records = metrics.read()
+    plot_metrics(records, out / "metrics.png")
+    summary = {
+        "steps": cfg.train.max_steps,
+        "final_loss": records[-1]["loss"] if records else None,
+        "first_loss": records[0]["loss"] if records else None,
+        "seconds_this_call": round(seconds, 1),
+        "processes": world,
+        "weights": "lora adapter" if cfg.lora.enabled else "full model",
+        "data": data.summary(),
+        "load_with": _load_hint(cfg, out),
+    }
+    _write_text(out / "summary.json", json.dumps(summary, indent=2))
+
+
+def _load_hint(cfg: RunConfig, out: Path) -> str:
+    if not cfg.lora.enabled:
+        return f"genembed.load({str(out)!r})"
+    base = "" if cfg.model.name is None else f"{cfg.model.name!r}, "
+    return f"genembed.load({base}adapter={str(out)!r}, tau={cfg.embedding.tau})"
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)

@@ -1,0 +1,80 @@
+"""Make a causal LM trainable: LoRA adapters through peft, or full fine-tuning; save the result."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["add_lora", "make_trainable", "save_trained", "trainable_state", "load_trainable_state"]
+
+
+def add_lora(
+    model: Any,
+    *,
+    r: int = 16,
+    alpha: float = 32.0,
+    dropout: float = 0.05,
+    target_modules: str | list[str] = "all-linear",
+) -> Any:
+    """Wrap ``model`` with fresh LoRA adapters (peft); only the adapter weights are trainable.
+
+    Args:
+        model: a transformers causal LM.
+        r: rank of each adapter.
+        alpha: scaling numerator (the update is scaled by ``alpha / r``).
+        dropout: dropout on the adapter inputs.
+        target_modules: ``"all-linear"`` (every linear projection except the LM head) or module names
+            such as ``["q_proj", "v_proj"]``.
+    """
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(
+        r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=target_modules, bias="none", task_type="CAUSAL_LM"
+    )
+    with warnings.catch_warnings():  # peft probes a transformers attribute that is deprecated in v5
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        return get_peft_model(model, config)
+
+
+def make_trainable(model: Any, *, lora: bool, **lora_kwargs: Any) -> Any:
+    """LoRA-wrapped model (``lora=True``) or the model itself with every weight trainable, in train mode."""
+    if lora:
+        model = add_lora(model, **lora_kwargs)
+    else:
+        for param in model.parameters():
+            param.requires_grad_(True)
+    return model.train()
+
+
+def trainable_state(model: Any) -> dict[str, torch.Tensor]:
+    """The trainable weights by name (what a checkpoint must hold), detached CPU copies."""
+    return {name: p.detach().cpu().clone() for name, p in model.named_parameters() if p.requires_grad}
+
+
+def load_trainable_state(model: Any, state: dict[str, torch.Tensor]) -> None:
+    """Copy weights saved by :func:`trainable_state` back; names must match exactly."""
+    params = {name: p for name, p in model.named_parameters() if p.requires_grad}
+    if set(params) != set(state):
+        missing, extra = sorted(set(params) - set(state)), sorted(set(state) - set(params))
+        raise ValueError(f"checkpoint does not match the model: missing {missing[:3]}, unexpected {extra[:3]}")
+    with torch.no_grad():
+        for name, param in params.items():
+            param.copy_(state[name].to(param.device, param.dtype))
+
+
+def save_trained(model: Any, tokenizer: Any, folder: str | os.PathLike) -> list[str]:
+    """Save the adapter (peft model) or the full model plus tokenizer into ``folder``; return the file names.
+
+    An adapter folder loads with ``genembed.load(base_model, adapter=folder)``; a full model folder
+    with ``genembed.load(folder)``.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder, safe_serialization=True)
+    if not hasattr(model, "peft_config"):  # a full model folder is loadable on its own
+        tokenizer.save_pretrained(folder)
+    return sorted(p.name for p in folder.iterdir())

@@ -1,0 +1,9 @@
+"""Training losses: one small ``nn.Module`` per file, each testable on plain tensors."""
+
+from __future__ import annotations
+
+from .generative import AGGREGATIONS, NextTokenLoss
+from .icr import ICRLoss, ICRTerms
+from .info_nce import InfoNCE, default_labels
+
+__all__ = ["AGGREGATIONS", "ICRLoss", "ICRTerms", "InfoNCE", "NextTokenLoss", "default_labels"]

@@ -1,0 +1,85 @@
+"""Per-step training metrics: one JSON line per optimizer step, and a PNG plot of them."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["MetricsLog", "plot_metrics"]
+
+
+class MetricsLog:
+    """Append-only JSONL of step records; on resume, records after the checkpoint's step are dropped."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def append(self, record: dict[str, Any]) -> None:
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+            handle.flush()
+
+    def read(self) -> list[dict[str, Any]]:
+        if not self.path.is_file():
+            return []
+        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+    def truncate(self, last_step: int) -> None:
+        """Keep only records with ``step <= last_step`` (written atomically)."""
+        kept = [r for r in self.read() if r["step"] <= last_step]
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+        os.replace(tmp, self.path)
+
+
+def plot_metrics(records: list[dict[str, Any]], path: str | Path) -> Path | None:
+    """Plot loss terms, the stepwise losses L_1..L_K and the learning rate; None without matplotlib or data."""
+    if not records:
+        return None
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    steps = [r["step"] for r in records]
+    step_keys = sorted((k for k in records[0] if k.startswith("L_")), key=lambda k: int(k[2:]))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    has_gen = any(r.get("gen") for r in records)
+    for key, label in (("loss", "total"), ("rep", "representation"), ("gen", "generative"), ("reg", "regulariser")):
+        if key == "rep" and not has_gen:  # without a generative loss the total is the representation loss
+            continue
+        if any(r.get(key) for r in records):
+            values = [r[key] for r in records]
+            line = axes[0].plot(steps, values, alpha=0.35, linewidth=1)[0]
+            axes[0].plot(steps, _smooth(values), color=line.get_color(), label=f"{label} (smoothed)")
+    axes[0].set_title("loss")
+    cmap = plt.get_cmap("viridis")
+    for i, key in enumerate(step_keys):
+        axes[1].plot(steps, [r[key] for r in records], color=cmap(i / max(1, len(step_keys) - 1)), label=key)
+    axes[1].set_title("stepwise InfoNCE L_k")
+    axes[2].plot(steps, [r["lr"] for r in records])
+    axes[2].set_title("learning rate")
+    for ax in axes:
+        ax.set_xlabel("step")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    tmp = path.with_name(f".{path.stem}.tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path
+
+
+def _smooth(values: list[float], weight: float = 0.8) -> list[float]:
+    """Exponential moving average, as training dashboards draw noisy per-step losses."""
+    out, last = [], values[0]
+    for value in values:
+        last = weight * last + (1 - weight) * value
+        out.append(last)
+    return out

@@ -1,0 +1,153 @@
+"""Self-generated generative data: the base model answers prompts, and the answers become training data.
+
+Joint (GRIT) training needs generative data so the model keeps its ability to chat; the model's own
+answers to the training queries keep it close to what it already does, without outside chat data:
+
+    genembed make-gen-data ../shared/data/train/*.jsonl --out runs/selfgen.jsonl --limit 2000
+
+Prompts are read from contrastive files (``query``), prompt files (``prompt`` or ``text``) or plain
+text (one per line), de-duplicated, shuffled with the seed and cut to ``limit``. Prompts are rendered
+as the chat mode renders them (:func:`genembed.generation.chat.chat_prompt_ids`) and answered in
+batches with transformers' ``generate``. The output is written to ``OUT.partial`` as it goes (a rerun
+continues after the last finished batch) and renamed to ``OUT`` when complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..generation.chat import chat_prompt_ids, eos_token_ids
+from .data.jsonl import DataError, iter_jsonl
+
+__all__ = ["generate_responses", "read_prompts"]
+
+_PROMPT_FIELDS = ("query", "prompt", "text")
+
+
+def read_prompts(paths: Sequence[str | os.PathLike], *, field: str | None = None) -> list[str]:
+    """Unique prompts, in file order, from JSONL files (``field``, else the first of ``query``, ``prompt``,
+    ``text``) or ``.txt`` files (one prompt per non-blank line).
+
+    Raises:
+        DataError: a JSONL line without the field (naming file, line and field).
+    """
+    prompts: dict[str, None] = {}
+    for path in map(Path, paths):
+        if path.suffix == ".txt":
+            if not path.is_file():
+                raise DataError(path, None, "file not found")
+            lines = path.read_text(encoding="utf-8").splitlines()
+            prompts.update((line.strip(), None) for line in lines if line.strip())
+            continue
+        for line, obj in iter_jsonl(path):
+            key = field or next((k for k in _PROMPT_FIELDS if k in obj), None)
+            value = obj.get(key) if key else None
+            if not isinstance(value, str) or not value.strip():
+                wanted = field or " or ".join(_PROMPT_FIELDS)
+                raise DataError(path, line, f"missing or empty field {wanted!r}")
+            prompts[value.strip()] = None
+    return list(prompts)
+
+
+@torch.inference_mode()
+def generate_responses(
+    backbone: Any,
+    prompts: Sequence[str],
+    out: str | os.PathLike,
+    *,
+    max_new_tokens: int = 128,
+    batch_size: int = 8,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    seed: int = 0,
+    limit: int | None = None,
+    progress: bool = True,
+) -> Path:
+    """Answer ``prompts`` with the model and write ``{"prompt", "response"}`` lines to ``out``.
+
+    Args:
+        backbone: the loaded model and tokenizer (e.g. ``genembed.load().backbone``).
+        prompts: the prompts; shuffled with ``seed`` and cut to ``limit``.
+        out: the generative JSONL to write.
+        max_new_tokens: the longest answer in tokens.
+        batch_size: prompts answered together.
+        temperature: 0 for greedy decoding; otherwise sampling with ``top_p``.
+        seed: prompt order and sampling seed (a resumed run makes the same choices).
+        limit: answer at most this many prompts.
+        progress: show a progress bar.
+
+    Returns:
+        The path of the finished file. Prompts whose answer is empty are left out.
+    """
+    if max_new_tokens < 1 or batch_size < 1:
+        raise ValueError(f"max_new_tokens and batch_size must be >= 1, got {max_new_tokens} and {batch_size}")
+    order = np.random.default_rng(seed).permutation(len(prompts))
+    chosen = [prompts[i] for i in order[: limit if limit is not None else len(prompts)]]
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.name + ".partial")
+    start = _resume_point(partial, chosen, batch_size)
+    model, tokenizer = backbone.model.eval(), backbone.tokenizer
+    device = next(model.parameters()).device
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(chosen), initial=start, desc="generate", unit="prompt", disable=not progress)
+    with partial.open("a" if start else "w", encoding="utf-8") as handle:
+        for begin in range(start, len(chosen), batch_size):
+            batch = chosen[begin : begin + batch_size]
+            torch.manual_seed(seed + begin)
+            answers = _answer(model, backbone, tokenizer, batch, device, max_new_tokens, temperature, top_p)
+            for prompt, answer in zip(batch, answers, strict=True):
+                if answer:
+                    handle.write(json.dumps({"prompt": prompt, "response": answer}, ensure_ascii=False) + "\n")
+            handle.flush()
+            bar.update(len(batch))
+    bar.close()
+    os.replace(partial, out)
+    return out
+
+
+def _resume_point(partial: Path, chosen: list[str], batch_size: int) -> int:
+    """Index of the first prompt to answer again: the start of the batch holding the last written row
+    (that batch may have been cut short by a crash, so it is redone). The partial file is cut back to
+    the rows before it."""
+    if not partial.is_file():
+        return 0
+    position = {prompt: i for i, prompt in enumerate(chosen)}
+    rows: list[tuple[int, str]] = []
+    for line in partial.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append((position[json.loads(line)["prompt"]], line))
+        except (json.JSONDecodeError, KeyError, TypeError):  # a torn line, or another run's prompts
+            break
+    start = max((i for i, _ in rows), default=0) // batch_size * batch_size
+    tmp = partial.with_name(partial.name + ".tmp")
+    tmp.write_text("".join(line + "\n" for i, line in rows if i < start), encoding="utf-8")
+    os.replace(tmp, partial)
+    return start
+
+
+def _answer(model, backbone, tokenizer, prompts, device, max_new_tokens, temperature, top_p) -> list[str]:
+    ids = [chat_prompt_ids(tokenizer, prompt) for prompt in prompts]
+    width = max(map(len, ids))
+    pad = tokenizer.pad_token_id
+    input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids], device=device)
+    mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=device)
+    sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} if temperature > 0 else {}
+    generated = model.generate(
+        input_ids=input_ids,
+        attention_mask=mask,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=sorted(eos_token_ids(backbone)),
+        pad_token_id=pad,
+        do_sample=temperature > 0,
+        **{k: v for k, v in sampling.items() if k != "do_sample"},
+    )
+    return [tokenizer.decode(row[width:], skip_special_tokens=True).strip() for row in generated]

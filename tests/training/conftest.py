@@ -1,0 +1,51 @@
+"""Fixtures for the training tests: the small data files in tests/assets/training, a tiny model saved
+to a folder (so ``genembed.load`` can read it back), and a tiny-model run config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ASSETS = Path(__file__).resolve().parents[1] / "assets" / "training"
+
+
+@pytest.fixture(scope="session")
+def assets() -> Path:
+    return ASSETS
+
+
+@pytest.fixture(scope="session")
+def tiny_folder(tmp_path_factory, _tiny_backbone) -> Path:
+    """The session's tiny model written as an HF folder."""
+    folder = tmp_path_factory.mktemp("tiny-model")
+    _tiny_backbone.model.save_pretrained(folder)
+    _tiny_backbone.tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture
+def run_config():
+    """``run_config(output_dir, model, **sections)``: a small GIRCSE config on the asset data."""
+    return tiny_run_config
+
+
+def tiny_run_config(output_dir: Path, model: str | Path | None, **sections):
+    """A small GIRCSE config on the tiny model and the asset data; ``sections`` update the defaults."""
+    from genembed.training.config import config_from_dict
+
+    raw = {
+        "model": {"name": None if model is None else str(model)},
+        "lora": {"r": 8, "alpha": 16, "dropout": 0.0},
+        "embedding": {"steps": 3, "query_max_length": 40, "doc_max_length": 40},
+        "loss": {"temperature": 0.05},
+        "data": {
+            "files": [{"path": str(ASSETS / "similar.jsonl"), "symmetric": True}],
+            "batch_size": 6,
+            "hard_negatives": 1,
+        },
+        "train": {"output_dir": str(output_dir), "max_steps": 6, "lr": 3e-3, "seed": 0, "progress": False},
+    }
+    for section, values in sections.items():
+        raw.setdefault(section, {}).update(values)
+    return config_from_dict(raw)

@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from genembed.training.data import ContrastiveRow, ContrastiveStream, FileSpec, MixtureSampler, build_contrastive_batch
+
+
+def test_one_file_per_batch_and_weights():
+    sampler = MixtureSampler([100, 100, 100], [1.0, 1.0, 2.0], batch_size=8, seed=0)
+    files = Counter()
+    for _ in range(400):
+        batch = sampler.next_batch()
+        assert len(batch) == 8 and len({f for f, _ in batch}) == 1
+        assert len(set(batch)) == 8
+        files[batch[0][0]] += 1
+    assert files[2] / 400 == pytest.approx(0.5, abs=0.07)
+    assert files[0] / 400 == pytest.approx(0.25, abs=0.07)
+
+
+def test_every_row_once_per_pass():
+    sampler = MixtureSampler([24], [1.0], batch_size=6, seed=1)
+    rows = [r for _ in range(4) for _, r in sampler.next_batch()]
+    assert sorted(rows) == list(range(24))
+
+
+def test_small_file_is_topped_up_from_others():
+    sampler = MixtureSampler([3, 50], [100.0, 1.0], batch_size=8, seed=2)
+    batch = sampler.next_batch()
+    counts = Counter(f for f, _ in batch)
+    assert counts == {0: 3, 1: 5}
+
+
+def test_duplicate_queries_never_share_a_batch():
+    # 30 rows but only 10 distinct queries (one row per pair, as in twitter_para/parasci)
+    keys = [[(f"q{i % 10}",)] for i in range(30)]
+    sampler = MixtureSampler([30], [1.0], batch_size=5, seed=3, keys=[keys])
+    seen = Counter()
+    for _ in range(60):
+        batch = sampler.next_batch()
+        queries = [keys[r][0] for _, r in batch]
+        assert len(batch) == 5 and len(set(queries)) == 5
+        seen.update(r for _, r in batch)
+    assert set(seen) == set(range(30))  # held-back rows are used later, not dropped
+    assert max(seen.values()) - min(seen.values()) <= 4
+
+
+def test_mixed_batches_when_not_one_file_per_batch():
+    sampler = MixtureSampler([50, 50], [1.0, 1.0], batch_size=16, seed=4, one_file_per_batch=False)
+    assert any(len({f for f, _ in sampler.next_batch()}) == 2 for _ in range(5))
+
+
+def test_stream_is_deterministic_and_skip_resumes_exactly(assets):
+    files = [FileSpec(str(assets / "similar.jsonl")), FileSpec(str(assets / "qa_pairs.jsonl"), weight=30.0)]
+
+    def stream():
+        return ContrastiveStream(files, batch_size=6, hard_negatives=1, seed=7)
+
+    a, b = stream(), stream()
+    first = [a.next() for _ in range(12)]
+    b.skip(5)
+    assert [b.next() for _ in range(7)] == first[5:]
+    assert stream().next() == first[0]
+    assert ContrastiveStream(files, batch_size=6, hard_negatives=1, seed=8).next() != first[0]
+
+
+def test_batch_layout_labels_and_false_negative_mask():
+    rows = [
+        ContrastiveRow("q0", ("p0",), ("n0a", "n0b", "n0c"), "I"),
+        ContrastiveRow("q1", ("p1", "alt1"), (), "I"),
+        ContrastiveRow("q2", ("p2",), ("alt1",), "J"),  # its negative is a positive of q1
+    ]
+    batch = build_contrastive_batch(rows, hard_negatives=2, rng=np.random.default_rng(0), doc_instruction="D")
+    assert batch.queries == ["q0", "q1", "q2"] and batch.query_instructions == ["I", "I", "J"]
+    assert batch.groups == [(0, 3), (3, 4), (4, 6)] and batch.labels == [0, 3, 4]
+    assert set(batch.documents[1:3]) <= {"n0a", "n0b", "n0c"} and len(set(batch.documents[1:3])) == 2
+    assert batch.documents[3] in ("p1", "alt1")
+    assert batch.document_instructions == ["D"] * 6
+    if batch.documents[3] == "p1":
+        assert batch.masked == [(1, 5)]  # "alt1" (q2's negative) is q1's positive, not its negative
+        assert batch.mask_tensor()[1, 5] and batch.mask_tensor().sum() == 1
+    sym = build_contrastive_batch(rows, hard_negatives=0, rng=np.random.default_rng(0), symmetric=[True] * 3)
+    assert sym.documents == [sym.documents[0], sym.documents[1], "p2"] and sym.document_instructions == ["I", "I", "J"]
+
+
+def test_shards_concatenate_back_to_the_batch():
+    rows = [ContrastiveRow(f"q{i}", (f"p{i}",), tuple(f"n{i}{j}" for j in range(i % 3)), "") for i in range(4)]
+    batch = build_contrastive_batch(rows, hard_negatives=2, rng=np.random.default_rng(1))
+    shards = [batch.shard(r, 2) for r in range(2)]
+    assert shards[0].documents + shards[1].documents == batch.documents
+    offset = len(shards[0].documents)
+    assert shards[0].labels + [x + offset for x in shards[1].labels] == batch.labels
+    with pytest.raises(ValueError, match="split evenly"):
+        batch.shard(0, 3)

@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from genembed.training.config import ConfigError, RunConfig, apply_overrides, config_from_dict, load_config
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def test_defaults_and_yaml_with_overrides(tmp_path):
+    assert RunConfig().loss.temperature == 0.02 and RunConfig().loss.reg_weight == 1.0
+    assert RunConfig().lora.target_modules == "all-linear"
+    path = tmp_path / "sub" / "run.yaml"
+    path.parent.mkdir()
+    path.write_text(
+        "embedding: {steps: 7}\n"
+        "data:\n  files:\n    - a.jsonl\n    - {path: /abs/b.jsonl, weight: 2, symmetric: true}\n"
+        "train: {lr: 3e-4}\n"
+    )
+    cfg = load_config(path, ["loss.temperature=0.05", "lora.target_modules=[q_proj, v_proj]", "train.threads=2"])
+    assert cfg.embedding.steps == 7 and cfg.train.lr == 3e-4  # "3e-4" is a string in YAML 1.1
+    assert cfg.loss.temperature == 0.05 and cfg.lora.target_modules == ["q_proj", "v_proj"] and cfg.train.threads == 2
+    assert cfg.data.files[0].path == str(path.parent / "a.jsonl")  # relative to the config file
+    assert (cfg.data.files[1].path, cfg.data.files[1].weight, cfg.data.files[1].symmetric) == (
+        "/abs/b.jsonl",
+        2.0,
+        True,
+    )
+    again = apply_overrides(cfg, ["data.files=[c.jsonl]"])
+    assert again.data.files[0].path == "c.jsonl"  # command-line paths stay relative to the cwd
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"trian": {}}, "unknown key 'trian'"),
+        ({"train": {"lr": "fast"}}, "train.lr must be float, got 'fast'"),
+        ({"train": {"max_steps": 2.5}}, "train.max_steps must be int"),
+        ({"train": {"max_steps": 0}}, "train.max_steps must be > 0"),
+        ({"loss": {"reduction": "max"}}, "loss.reduction must be one of ['mean', 'sum']"),
+        ({"embedding": {"method": "bert"}}, "embedding.method must be one of"),
+        (
+            {"generative": {"aggregation": "batch"}},
+            "generative.aggregation must be one of ['sample', 'token', 'mixed']",
+        ),
+        ({"lora": {"dropout": 1.0}}, "lora.dropout must be < 1"),
+        ({"data": {"files": [{"weight": 1}]}}, "data.files[0]"),
+        ({"data": {"files": [{"path": "x", "weight": 0}]}}, "data.files[0].weight must be > 0"),
+        ({"data": "x"}, "data must be a mapping"),
+    ],
+)
+def test_errors_name_the_key(raw, message):
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(raw)
+    assert message in str(info.value)
+
+
+def test_override_syntax_errors():
+    with pytest.raises(ConfigError, match="section.key=value"):
+        apply_overrides(RunConfig(), ["train.lr"])
+    with pytest.raises(ConfigError, match="unknown key 'train.nope'"):
+        apply_overrides(RunConfig(), ["train.nope=1"])
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("*.yaml")))
+def test_example_configs_load(name):
+    cfg = load_config(CONFIGS / name)
+    assert cfg.data.files
+    if name.startswith("tiny"):
+        assert cfg.model.name == "tiny" and all(Path(f.path).is_file() for f in cfg.data.files)
