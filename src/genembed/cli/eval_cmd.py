@@ -1,0 +1,85 @@
+"""``genembed eval``: score a model on task folders; JSON + markdown tables (+ score-vs-K plot for sweeps)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ._common import AdapterOpt, DtypeOpt, ModelOpt, load_model
+
+
+def eval_tasks(
+    task_dirs: Annotated[
+        list[Path], typer.Argument(help="task folders, or folders of task folders (e.g. ../shared/data/dev)")
+    ],
+    model: ModelOpt = None,
+    adapter: AdapterOpt = None,
+    method: Annotated[str, typer.Option("--method", help="gircse, mean, last or grit")] = "gircse",
+    steps: Annotated[
+        str | None, typer.Option("--steps", "-k", help="GIRCSE soft tokens K; a list like 1,3,5,10,20 is a sweep")
+    ] = None,
+    attention: Annotated[str | None, typer.Option("--attention", help="causal or bidirectional")] = None,
+    prompt_format: Annotated[
+        str | None, typer.Option("--prompt-format", help="plain or chat (default: chat for gircse, else plain)")
+    ] = None,
+    max_length: Annotated[int, typer.Option("--max-length", min=1, help="tokens per prompt")] = 512,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="texts per forward pass")] = 32,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="at most N rows per data file")] = None,
+    rerank_top: Annotated[
+        int | None, typer.Option("--rerank-top", min=1, help="re-rank the top N of retrieval tasks generatively")
+    ] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="results JSON (also writes .md, and _scaling.png)")] = Path(
+        "results.json"
+    ),
+    cache_file: Annotated[
+        Path | None, typer.Option("--cache", help="embedding cache file (default ~/.cache/genembed/embeddings.sqlite)")
+    ] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="encode everything, read and write no cache")] = False,
+    dtype: DtypeOpt = "float32",
+) -> None:
+    """Evaluate on task folders with exactly the metrics of the task format (all x100)."""
+    from genembed.eval import EmbeddingCache, GenembedEncoder, TaskFormatError, evaluate, find_task_dirs, load_task
+
+    try:  # validate tasks and settings before loading the model
+        tasks = [load_task(p, limit=limit) for p in find_task_dirs(list(task_dirs))]
+    except (TaskFormatError, ValueError) as exc:
+        _fail(str(exc))
+    loaded = load_model(model, adapter, dtype)
+    try:
+        encoder = GenembedEncoder(
+            loaded,
+            method=method,
+            steps=steps,
+            attention=attention,
+            prompt_format=prompt_format,
+            max_length=max_length,
+            batch_size=batch_size,
+        )
+    except ValueError as exc:
+        _fail(str(exc))
+    if rerank_top is not None and not callable(getattr(loaded, "rerank", None)):
+        _fail("--rerank-top needs GenerativeEmbedder.rerank, which this genembed build does not have")
+    cache = None if no_cache else EmbeddingCache(cache_file)
+    typer.echo(
+        f"{len(tasks)} tasks · {encoder.name} · steps {list(encoder.views) or '-'} · cache {cache and cache.path}"
+    )
+    report = evaluate(
+        encoder,
+        tasks,
+        limit=limit,
+        cache=cache,
+        reranker=loaded if rerank_top else None,
+        rerank_top=rerank_top,
+        out=out,
+        log=typer.echo,
+        config={"adapter_path": adapter, "model_arg": model},
+    )
+    mean = report.mean_scores()[-1]
+    typer.echo(f"mean {mean:.2f} over {len(report.tasks)} tasks in {report.seconds:.1f}s -> {out}")
+
+
+def _fail(message: str) -> None:
+    typer.secho(f"error: {message}", fg="red", err=True)
+    raise typer.Exit(2)

@@ -1,0 +1,115 @@
+"""Turn text sets into normalised embeddings through an encoder, the on-disk cache and a progress bar.
+
+Each text set is deduplicated, looked up in the cache, and only the missing texts are encoded,
+longest first, in chunks; each chunk is committed to the cache as soon as it is done, so an
+interrupted evaluation resumes where it stopped. Sweep encoders (GIRCSE) return every view
+(``z_k`` for each requested K) from one run.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from .embedding_cache import EmbeddingCache
+from .metrics import l2_normalize
+
+__all__ = ["TextEmbedder"]
+
+
+class TextEmbedder:
+    """``embedder(texts, instruction, desc)`` -> ``(len(texts), n_views, dim)`` L2-normalised float32.
+
+    Args:
+        encoder: an :class:`~genembed.eval.protocol.Encoder` (or sweep encoder with ``views``).
+        cache: where embeddings persist; None encodes everything every time. Encoders whose
+            ``cache_key`` is None are never cached.
+        chunk_size: texts per encode call (and per cache commit).
+        progress: show a progress bar per text set.
+    """
+
+    def __init__(
+        self, encoder: Any, cache: EmbeddingCache | None = None, *, chunk_size: int = 256, progress: bool = True
+    ):
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        self.encoder = encoder
+        self.views: tuple[int, ...] = tuple(getattr(encoder, "views", None) or ())
+        self.cache = cache if getattr(encoder, "cache_key", None) is not None else None
+        if self.cache is not None:
+            self.cache.register(encoder.cache_key, encoder.name)
+        self.chunk_size = chunk_size
+        self.progress = progress
+        self.reset_stats()
+
+    @property
+    def n_views(self) -> int:
+        return len(self.views) or 1
+
+    def reset_stats(self) -> None:
+        """Zero the counters: texts asked for, texts encoded, cache hits, seconds spent encoding."""
+        self.stats = {"texts": 0, "encoded": 0, "cached": 0, "encode_seconds": 0.0}
+
+    def __call__(self, texts: list[str], instruction: str, desc: str = "encode") -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.n_views, 0), dtype=np.float32)
+        unique = list(dict.fromkeys(texts))
+        found = self._lookup(unique, instruction)
+        missing = [i for i in range(len(unique)) if i not in found]
+        self.stats["texts"] += len(texts)
+        self.stats["cached"] += len(unique) - len(missing)
+        if missing:
+            found.update(self._encode(unique, missing, instruction, desc))
+        dims = {v.shape[-1] for v in found.values()}
+        if len(dims) > 1:
+            raise ValueError(f"embeddings of different sizes {sorted(dims)} for one encoder; clear the cache")
+        table = l2_normalize(np.stack([found[i] for i in range(len(unique))]))  # (n_unique, V, D)
+        position = {text: i for i, text in enumerate(unique)}
+        return table[[position[t] for t in texts]]
+
+    def _view_ids(self) -> tuple[int, ...]:
+        return self.views or (0,)
+
+    def _lookup(self, unique: list[str], instruction: str) -> dict[int, np.ndarray]:
+        if self.cache is None or not unique:
+            return {}
+        per_view = [self.cache.get(self.encoder.cache_key, instruction, v, unique) for v in self._view_ids()]
+        complete = set.intersection(*(set(hits) for hits in per_view))
+        return {i: np.stack([hits[i] for hits in per_view]) for i in complete}
+
+    def _encode(self, unique: list[str], missing: list[int], instruction: str, desc: str) -> dict[int, np.ndarray]:
+        from tqdm.auto import tqdm
+
+        order = sorted(missing, key=lambda i: -len(unique[i]))  # similar lengths share encode batches
+        out: dict[int, np.ndarray] = {}
+        start = time.perf_counter()
+        with tqdm(total=len(order), desc=desc, unit="text", disable=not self.progress, leave=False) as bar:
+            for s in range(0, len(order), self.chunk_size):
+                ids = order[s : s + self.chunk_size]
+                chunk = [unique[i] for i in ids]
+                vectors = self._run_encoder(chunk, instruction)
+                if self.cache is not None:
+                    for j, view in enumerate(self._view_ids()):
+                        self.cache.put(self.encoder.cache_key, instruction, view, chunk, vectors[:, j])
+                out.update(zip(ids, vectors, strict=True))
+                bar.update(len(ids))
+        self.stats["encoded"] += len(order)
+        self.stats["encode_seconds"] += time.perf_counter() - start
+        return out
+
+    def _run_encoder(self, texts: list[str], instruction: str) -> np.ndarray:
+        if self.views:
+            vectors = np.asarray(self.encoder.encode_views(texts, instruction=instruction), dtype=np.float32)
+            expected = f"({len(texts)}, {len(self.views)}, dim)"
+        else:
+            vectors = np.asarray(self.encoder.encode(texts, instruction=instruction), dtype=np.float32)
+            expected = f"({len(texts)}, dim)"
+            vectors = vectors[:, None] if vectors.ndim == 2 else vectors
+        if vectors.ndim != 3 or vectors.shape[:2] != (len(texts), self.n_views):
+            raise ValueError(f"encoder {self.encoder.name!r} returned shape {vectors.shape}, expected {expected}")
+        if not np.isfinite(vectors).all():
+            bad = int(np.flatnonzero(~np.isfinite(vectors).reshape(len(texts), -1).all(axis=1))[0])
+            raise ValueError(f"encoder {self.encoder.name!r} returned non-finite values for text {texts[bad][:80]!r}")
+        return vectors

@@ -1,0 +1,141 @@
+"""genembed models in MTEB 2.x: an encoder implementing mteb's ``EncoderProtocol``.
+
+Needs the ``mteb`` extra (``pip install "genembed[mteb]"``); this module imports mteb at import time
+and nothing in genembed imports it implicitly.
+
+>>> import mteb
+>>> from genembed.eval.mteb_model import GenembedMTEBModel
+>>> model = GenembedMTEBModel(method="gircse", steps=5)          # the bundled default model
+>>> results = mteb.evaluate(model, mteb.get_tasks(tasks=["STSBenchmark"]))   # needs internet for the data
+
+Instructions: for each task, ``prompts_dict`` (keys: task name, task type such as ``"STS"``, or
+``"query"``/``"document"``; the usual mteb priority) wins, then the task's own ``prompt`` metadata,
+then mteb's default prompt for the task type. Queries and symmetric texts (STS, classification,
+clustering, pair classification) get the instruction; documents (``prompt_type="document"``) are
+embedded without one, as GIRCSE and GRIT do, unless ``instruct_documents=True``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from mteb.models.abs_encoder import AbsEncoder
+from mteb.models.model_meta import ModelMeta, ScoringFunction
+from mteb.types import PromptType
+
+from ..encoders.embedder import EncodeOptions
+
+__all__ = ["GenembedMTEBModel", "genembed_model_meta"]
+
+
+def genembed_model_meta(model: Any, settings: dict[str, Any], loader_kwargs: dict[str, Any] | None = None) -> ModelMeta:
+    """A :class:`mteb.ModelMeta` describing a loaded genembed model and its encoding settings.
+
+    The settings (method, steps, attention, prompt format, adapter) go into ``experiment_kwargs``,
+    so mteb keeps results of different settings apart.
+    """
+    lm = model.backbone.model
+    n_params = sum(p.numel() for p in lm.parameters())
+    experiment = {k: v for k, v in settings.items() if v is not None}
+    return ModelMeta(
+        loader=GenembedMTEBModel,
+        loader_kwargs=loader_kwargs or {},
+        name=f"genembed/{model.backbone.name}",
+        revision=None,
+        release_date=None,
+        languages=None,
+        n_parameters=n_params,
+        memory_usage_mb=round(sum(p.numel() * p.element_size() for p in lm.parameters()) / 2**20, 1),
+        max_tokens=settings.get("max_length"),
+        embed_dim=model.dim,
+        license=None,
+        open_weights=True,
+        public_training_code=None,
+        public_training_data=None,
+        framework=["PyTorch"],
+        similarity_fn_name=ScoringFunction.COSINE,
+        use_instructions=True,
+        training_datasets=None,
+        experiment_kwargs=experiment,
+    )
+
+
+class GenembedMTEBModel(AbsEncoder):
+    """A genembed model as an mteb encoder (``mteb.evaluate(GenembedMTEBModel(...), tasks)``).
+
+    Args:
+        model_name: None for the bundled default model, or a local HF folder / ``.gguf`` file / cached
+            hub id (as :func:`genembed.load`).
+        revision: unused (kept for mteb's loader signature).
+        device: torch device (default CPU).
+        model: an already loaded :class:`~genembed.GenerativeEmbedder` (then ``model_name`` is ignored).
+        adapter: LoRA adapter folder.
+        method, steps, attention, prompt_format, max_length, batch_size: encoding settings, as in
+            :meth:`genembed.GenerativeEmbedder.encode`.
+        prompts_dict: instructions by task name, task type or prompt type (overrides the task's).
+        instruct_documents: also give documents the instruction.
+        dtype: model dtype when loading.
+    """
+
+    def __init__(
+        self,
+        model_name: str | None = None,
+        revision: str | None = None,
+        *,
+        device: str | None = None,
+        model: Any = None,
+        adapter: str | None = None,
+        method: str = "gircse",
+        steps: int = 5,
+        attention: str | None = None,
+        prompt_format: str | None = None,
+        max_length: int = 512,
+        batch_size: int = 32,
+        prompts_dict: dict[str, str] | None = None,
+        instruct_documents: bool = False,
+        dtype: str = "float32",
+        **kwargs: Any,
+    ):
+        if model is None:
+            import genembed
+
+            model = genembed.load(model_name, adapter=adapter, dtype=dtype, device=device or "cpu")
+        self.model = model
+        self.prompts_dict = prompts_dict
+        self.instruct_documents = instruct_documents
+        self.encode_settings = {"method": method, "steps": steps, "attention": attention}
+        self.encode_settings |= {"prompt_format": prompt_format, "max_length": max_length}
+        self.batch_size = batch_size
+        EncodeOptions.build(**self.encode_settings, tau=model.tau)  # bad settings fail now, not mid-benchmark
+        loader_kwargs = {"adapter": adapter, **self.encode_settings, "prompts_dict": prompts_dict}
+        settings = {**self.encode_settings, "adapter": model.adapter, "instruct_documents": instruct_documents}
+        if method != "gircse":
+            settings.pop("steps")
+        self.mteb_model_meta = genembed_model_meta(model, settings, loader_kwargs)
+
+    def instruction_for(self, task_metadata: Any, prompt_type: PromptType | None) -> str:
+        """The instruction a text of this task and prompt type is embedded with ("" for documents)."""
+        if prompt_type == PromptType.document and not self.instruct_documents:
+            return ""
+        return self.get_instruction(task_metadata, prompt_type) or ""
+
+    def encode(
+        self,
+        inputs: Any,
+        *,
+        task_metadata: Any,
+        hf_split: str,
+        hf_subset: str,
+        prompt_type: PromptType | None = None,
+        **kwargs: Any,
+    ) -> np.ndarray:
+        """Embed every text of the dataloader ``inputs`` (``(n, dim)`` float32, L2-normalised)."""
+        texts = [text for batch in inputs for text in batch["text"]]
+        return self.model.encode(
+            texts,
+            instruction=self.instruction_for(task_metadata, prompt_type),
+            batch_size=int(kwargs.get("batch_size") or self.batch_size),
+            show_progress_bar=kwargs.get("show_progress_bar"),
+            **self.encode_settings,
+        )

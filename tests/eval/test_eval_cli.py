@@ -1,0 +1,77 @@
+"""``genembed eval`` on a saved tiny model and toy task folders."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from genembed.cli.app import app
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def tiny_folder(tmp_path, tiny):
+    folder = tmp_path / "tiny-model"
+    tiny.model.save_pretrained(folder)
+    tiny.tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_eval_sweep_writes_json_markdown_and_plot(tiny_folder, toy_tasks, tmp_path):
+    out = tmp_path / "res" / "results.json"
+    args = [
+        "eval",
+        str(toy_tasks),
+        "--model",
+        str(tiny_folder),
+        "--steps",
+        "1,2",
+        "--cache",
+        str(tmp_path / "c.sqlite"),
+    ]
+    result = runner.invoke(app, [*args, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "toy-sts" in result.output and "mean" in result.output
+    payload = json.loads(out.read_text())
+    assert payload["config"]["steps"] == [1, 2] and payload["config"]["model"] == "tiny-model"
+    assert len(payload["tasks"]) == 6 and payload["complete"]
+    assert (tmp_path / "res" / "results.md").is_file() and (tmp_path / "res" / "results_scaling.png").is_file()
+    again = runner.invoke(app, [*args, "--out", str(tmp_path / "again.json"), "--limit", "3"])
+    assert again.exit_code == 0, again.output
+    limited = json.loads((tmp_path / "again.json").read_text())
+    assert limited["config"]["limit"] == 3
+    assert all(t["encoding"]["encoded"] == 0 for t in limited["tasks"])  # every limited text is already cached
+
+
+def test_eval_mean_with_rerank(tiny_folder, toy_tasks, tmp_path):
+    out = tmp_path / "r.json"
+    args = ["eval", str(toy_tasks / "toy-retrieval"), "--model", str(tiny_folder), "--method", "mean"]
+    result = runner.invoke(app, [*args, "--rerank-top", "3", "--no-cache", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    task = json.loads(out.read_text())["tasks"][0]
+    assert task["scores"].keys() == {"single"}
+    assert "first_stage" in task["details"]["single"] and task["info"]["reranked_pairs"] == 9
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--method", "mean", "--steps", "3"], "steps apply only to method 'gircse'"),
+        (["--attention", "sideways"], "attention must be"),
+        (["--steps", "1,x"], "steps must be comma-separated integers"),
+    ],
+)
+def test_bad_settings_are_clean_errors(tiny_folder, toy_tasks, tmp_path, extra, message):
+    result = runner.invoke(app, ["eval", str(toy_tasks / "toy-sts"), "--model", str(tiny_folder), "--no-cache", *extra])
+    assert result.exit_code == 2
+    assert message in result.output and "Traceback" not in result.output
+
+
+def test_a_malformed_task_fails_before_the_model_loads(toy_tasks, tmp_path):
+    (toy_tasks / "toy-sts" / "pairs.jsonl").write_text('{"s1": "a", "s2": "b", "score": 1}\n{"s1": "a", "s2": "b"}\n')
+    result = runner.invoke(app, ["eval", str(toy_tasks), "--model", str(tmp_path / "missing-model")])
+    assert result.exit_code == 2
+    assert "pairs.jsonl:2: missing field 'score'" in result.output

@@ -1,0 +1,128 @@
+"""The mteb 2.x adapter, offline: local STS and retrieval tasks whose load_data sets the data; mteb's
+scores must equal the harness's scores for the same texts and instructions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+mteb = pytest.importorskip("mteb")
+
+from datasets import Dataset, DatasetDict  # noqa: E402
+from mteb.abstasks.retrieval import AbsTaskRetrieval  # noqa: E402
+from mteb.abstasks.retrieval_dataset_loaders import RetrievalSplitData  # noqa: E402
+from mteb.abstasks.sts import AbsTaskSTS  # noqa: E402
+from mteb.abstasks.task_metadata import TaskMetadata  # noqa: E402
+from mteb.types import PromptType  # noqa: E402
+
+from genembed.eval import GenembedEncoder, evaluate  # noqa: E402
+from genembed.eval.mteb_model import GenembedMTEBModel  # noqa: E402
+
+GENERAL = {
+    "description": "a local test task",
+    "reference": "https://example.com",
+    "dataset": {"path": "NA", "revision": "NA"},
+    "category": "t2t",
+    "eval_splits": ["test"],
+    "eval_langs": ["eng-Latn"],
+    "date": ("2024-01-01", "2024-01-01"),
+    "dialect": [],
+    "domains": [],
+    "task_subtypes": [],
+    "license": "cc-by-4.0",
+    "annotations_creators": "derived",
+    "modalities": ["text"],
+    "sample_creation": "found",
+    "bibtex_citation": "",
+}
+S1 = ["a cat sleeps", "the dog runs", "sun and rain", "tax law", "the road", "a man plays guitar"]
+S2 = ["a cat naps", "a dog runs fast", "rain and wind", "a red car", "a cat sleeps", "a man plays music"]
+SCORES = [4.5, 4.0, 2.5, 0.5, 1.0, 3.5]
+CORPUS = [
+    {"id": "d1", "title": "Cats", "text": "a cat sleeps all day"},
+    {"id": "d2", "title": "", "text": "dogs run in the park"},
+    {"id": "d3", "title": "Tax", "text": "tax law is complex"},
+    {"id": "d4", "title": "Cars", "text": "a car on the road"},
+]
+QUERIES = [{"id": "q1", "text": "cat"}, {"id": "q2", "text": "tax law"}, {"id": "q3", "text": "car road"}]
+QRELS = {"q1": {"d1": 1}, "q2": {"d3": 1}, "q3": {"d4": 1, "d2": 1}}
+
+
+class LocalSTS(AbsTaskSTS):
+    metadata = TaskMetadata(type="STS", name="GenembedLocalSTS", main_score="cosine_spearman", **GENERAL)
+    min_score, max_score = 0, 5
+
+    def load_data(self, **kwargs):
+        data = {"sentence1": S1, "sentence2": S2, "score": SCORES}
+        self.dataset = DatasetDict({"test": Dataset.from_dict(data)})
+        self.data_loaded = True
+
+
+class LocalRetrieval(AbsTaskRetrieval):
+    metadata = TaskMetadata(type="Retrieval", name="GenembedLocalRetrieval", main_score="ndcg_at_10", **GENERAL)
+
+    def load_data(self, **kwargs):
+        split = RetrievalSplitData(
+            queries=Dataset.from_list(QUERIES), corpus=Dataset.from_list(CORPUS), relevant_docs=QRELS, top_ranked=None
+        )
+        self.dataset = {"default": {"test": split}}
+        self.data_loaded = True
+
+
+def _main_score(model, task) -> float:
+    result = mteb.evaluate(model, task, cache=None, show_progress_bar=False)
+    return result.task_results[0].scores["test"][0]["main_score"] * 100
+
+
+def test_sts_matches_the_harness(tiny_model, tmp_path, make_task):
+    instruction = "Retrieve semantically similar text."
+    model = GenembedMTEBModel(model=tiny_model, steps=3, prompts_dict={"GenembedLocalSTS": instruction})
+    score = _main_score(model, LocalSTS())
+    pairs = [{"s1": a, "s2": b, "score": s} for a, b, s in zip(S1, S2, SCORES, strict=True)]
+    folder = make_task(
+        tmp_path, "sts", {"type": "sts", "metric": "spearman", "instruction": instruction}, {"pairs.jsonl": pairs}
+    )
+    ours = evaluate(GenembedEncoder(tiny_model, steps=3), [folder], progress=False).tasks[0].scores[0]
+    assert score == pytest.approx(ours, abs=1e-6)
+
+
+def test_retrieval_matches_the_harness_with_query_instructions_only(tiny_model, tmp_path, make_task):
+    instruction = "Given a query, retrieve relevant passages."
+    model = GenembedMTEBModel(model=tiny_model, method="mean", prompts_dict={"GenembedLocalRetrieval": instruction})
+    score = _main_score(model, LocalRetrieval())
+    qrels = "".join(f"{q}\t{d}\t{g}\n" for q, docs in QRELS.items() for d, g in docs.items())
+    meta = {"type": "retrieval", "metric": "ndcg@10", "instruction": instruction, "doc_instruction": ""}
+    folder = make_task(tmp_path, "ret", meta, {"corpus.jsonl": CORPUS, "queries.jsonl": QUERIES, "qrels.tsv": qrels})
+    ours = evaluate(GenembedEncoder(tiny_model, method="mean"), [folder], progress=False).tasks[0].scores[0]
+    assert score == pytest.approx(ours, abs=1e-3)  # mteb rounds its scores to 5 decimals
+
+
+def test_instructions_by_prompt_type_and_model_meta(tiny_model):
+    model = GenembedMTEBModel(model=tiny_model, steps=2, prompts_dict={"GenembedLocalRetrieval": "Find it."})
+    meta = LocalRetrieval.metadata
+    assert model.instruction_for(meta, PromptType.query) == "Find it."
+    assert model.instruction_for(meta, PromptType.document) == ""
+    assert (
+        GenembedMTEBModel(model=tiny_model, instruct_documents=True, prompts_dict={"Retrieval": "R"}).instruction_for(
+            meta, PromptType.document
+        )
+        == "R"
+    )
+    # without prompts_dict, mteb's default prompt for the task type is used
+    assert GenembedMTEBModel(model=tiny_model).instruction_for(LocalSTS.metadata, None) == LocalSTS.abstask_prompt
+    info = model.mteb_model_meta
+    assert info.name == "genembed/tiny-llama-0" and info.embed_dim == tiny_model.dim
+    assert info.experiment_kwargs["method"] == "gircse" and info.experiment_kwargs["steps"] == 2
+    assert info.use_instructions and info.n_parameters == sum(p.numel() for p in tiny_model.backbone.model.parameters())
+    embeddings = model.encode(
+        [{"text": ["a b", "c"]}, {"text": ["d"]}],
+        task_metadata=meta,
+        hf_split="test",
+        hf_subset="default",
+        prompt_type=PromptType.query,
+    )
+    np.testing.assert_allclose(
+        embeddings, tiny_model.encode(["a b", "c", "d"], instruction="Find it.", steps=2), atol=1e-6
+    )
+    with pytest.raises(ValueError, match="method must be one of"):
+        GenembedMTEBModel(model=tiny_model, method="max")
