@@ -3,7 +3,8 @@ generation modules, chats and reranks) with the same weights."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -11,6 +12,9 @@ import torch
 from .backbone.loading import Backbone
 from .encoders.embedder import EncodeOptions, encode_texts, to_output, validate_texts
 from .encoders.inspect_tokens import SoftTokenStep, inspect_soft_tokens
+
+if TYPE_CHECKING:
+    from .generation.rerank import RerankResult
 
 __all__ = ["DEFAULT_QUERY_INSTRUCTION", "GenerativeEmbedder"]
 
@@ -35,6 +39,9 @@ class GenerativeEmbedder:
         self.backbone = backbone
         self.tau = tau
         self.adapter = adapter
+        # generate/rerank with the LoRA adapter (True: a GRIT jointly trained adapter) or with the base
+        # weights (False: an embedding-only adapter); see genembed.generation.adapters and docs/grit.md
+        self.generation_adapter = False
 
     @property
     def name(self) -> str:
@@ -149,6 +156,112 @@ class GenerativeEmbedder:
         """Per GIRCSE step, the ``top`` most probable vocabulary tokens of the soft token ``p_k``."""
         options = EncodeOptions.build(method="gircse", steps=steps, prompt_format=prompt_format, tau=self.tau)
         return inspect_soft_tokens(self.backbone, text, options, instruction=instruction or "", top=top)
+
+    def generate(
+        self,
+        messages_or_prompt: str | list[dict],
+        *,
+        max_new_tokens: int = 256,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        stop: str | list[str] | None = None,
+        stream: bool = False,
+        seed: int | None = None,
+    ) -> str | Iterator[str]:
+        """Chat with the same weights that embed: the backbone's chat template, causal attention.
+
+        Args:
+            messages_or_prompt: a user prompt, or a conversation ``[{"role": "user", "content": ...}, ...]``.
+            max_new_tokens: the most tokens to generate.
+            temperature: 0 (default) decodes greedily and deterministically.
+            top_p: nucleus sampling threshold (with ``temperature > 0``).
+            stop: strings that end the reply; it is cut before the first one.
+            stream: return an iterator of text pieces instead of the whole reply.
+            seed: seed for reproducible sampling.
+
+        Returns:
+            The reply, or (``stream=True``) an iterator of pieces that join to it.
+
+        Raises:
+            TypeError / ValueError: malformed messages (the message names the index and field) or settings.
+        """
+        from .generation.chat import generate_pieces
+
+        pieces = generate_pieces(
+            self.backbone,
+            messages_or_prompt,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            stop=stop,
+            seed=seed,
+            use_adapter=self.generation_adapter,
+        )
+        return pieces if stream else "".join(pieces)
+
+    def rerank(
+        self,
+        query: str,
+        documents: list[str],
+        *,
+        top_n: int | None = None,
+        instruction: str | None = None,
+        batch_size: int = 8,
+        max_length: int = 512,
+        scoring: str = "yes_no",
+    ) -> list[RerankResult]:
+        """Order documents by relevance to the query, judged generatively by this model.
+
+        The score is ``log P("Yes") - log P("No")`` at the answer to "Is the document relevant to the
+        query?" (softmax over those two tokens); see :mod:`genembed.generation.rerank`.
+
+        Args:
+            query: the query.
+            documents: candidate documents.
+            top_n: return only the best ``top_n`` (default: all).
+            instruction: task description opening the prompt, e.g. "Given a scientific claim, retrieve
+                documents that support or refute the claim." (default: a generic relevance instruction).
+            batch_size: documents per forward pass.
+            max_length: document tokens kept.
+            scoring: ``"yes_no"`` (above) or ``"query_likelihood"``: the mean log-probability of the
+                query's tokens when the model is asked to write a query for the document (UPR), which
+                ranks far better with small models (docs/grit.md).
+
+        Returns:
+            :class:`~genembed.generation.rerank.RerankResult` ``(index, score, document)`` items, best first.
+        """
+        from .generation.rerank import rerank
+
+        return rerank(
+            self.backbone,
+            query,
+            documents,
+            top_n=top_n,
+            instruction=instruction,
+            batch_size=batch_size,
+            max_length=max_length,
+            scoring=scoring,
+            use_adapter=self.generation_adapter,
+        )
+
+    def search(
+        self,
+        query: str,
+        corpus_or_index: Any,
+        *,
+        k: int = 10,
+        rerank: bool = True,
+        rerank_top: int | None = None,
+        instruction: str | None = None,
+        **kwargs: Any,
+    ) -> list[Any]:
+        """Embedding retrieval over a list of texts or an index, then generative reranking of the top
+        ``rerank_top`` (default ``k``). See :func:`genembed.retrieval.search.search` for all options."""
+        from .retrieval.search import search  # the facade delegates up to the retrieval layer, lazily
+
+        return search(
+            self, query, corpus_or_index, k=k, rerank=rerank, rerank_top=rerank_top, instruction=instruction, **kwargs
+        )
 
     def similarity(self, a: np.ndarray | torch.Tensor, b: np.ndarray | torch.Tensor) -> np.ndarray:
         """Cosine similarity matrix between two sets of embeddings."""

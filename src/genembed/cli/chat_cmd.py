@@ -1,0 +1,73 @@
+"""``genembed chat``: a terminal conversation with the embedding model's own weights, streamed.
+
+Each turn re-renders the whole conversation with the chat template. ``/reset`` clears it, ``/exit``
+or Ctrl-D ends the session. ``--prompt`` answers one message and exits (for scripts).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ._common import AdapterOpt, DtypeOpt, ModelOpt, load_model
+
+_HELP = "Type a message; /reset clears the conversation, /exit (or Ctrl-D) quits."
+
+
+def chat(
+    prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="answer this one message and exit")] = None,
+    system: Annotated[
+        str | None, typer.Option("--system", "-s", help="system message opening the conversation")
+    ] = None,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", "-n", min=1, help="tokens per reply")] = 256,
+    temperature: Annotated[float, typer.Option("--temperature", "-t", min=0.0, help="0 = greedy")] = 0.0,
+    top_p: Annotated[float, typer.Option("--top-p", min=0.0, max=1.0, help="nucleus sampling threshold")] = 1.0,
+    seed: Annotated[int | None, typer.Option("--seed", help="seed for sampling")] = None,
+    stop: Annotated[list[str] | None, typer.Option("--stop", help="stop string (repeatable)")] = None,
+    generation_adapter: Annotated[
+        bool, typer.Option("--generation-adapter", help="chat with the adapter enabled (a GRIT jointly trained one)")
+    ] = False,
+    model: ModelOpt = None,
+    adapter: AdapterOpt = None,
+    dtype: DtypeOpt = "float32",
+) -> None:
+    """Chat with the model in the terminal (replies stream as they are generated)."""
+    if top_p <= 0.0:
+        raise typer.BadParameter("--top-p must be > 0")
+    loaded = load_model(model, adapter, dtype)
+    loaded.generation_adapter = generation_adapter
+    messages: list[dict] = [{"role": "system", "content": system}] if system else []
+    settings = {"max_new_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p, "seed": seed}
+
+    def reply(text: str) -> None:
+        messages.append({"role": "user", "content": text})
+        pieces = []
+        for piece in loaded.generate(messages, stream=True, stop=stop, **settings):
+            pieces.append(piece)
+            typer.echo(piece, nl=False)
+        typer.echo()
+        messages.append({"role": "assistant", "content": "".join(pieces)})
+
+    if prompt is not None:
+        reply(prompt)
+        return
+    typer.secho(f"{loaded.name}. {_HELP}", dim=True, err=True)
+    while True:
+        try:
+            text = input("> ").strip()
+        except (EOFError, KeyboardInterrupt):
+            typer.echo()
+            return
+        if text in ("/exit", "/quit"):
+            return
+        if text == "/reset":
+            del messages[1 if system else 0 :]
+            typer.secho("(conversation cleared)", dim=True, err=True)
+            continue
+        if text:
+            try:
+                reply(text)
+            except KeyboardInterrupt:  # stop this reply, keep the session
+                typer.echo()
+                messages.pop()

@@ -1,0 +1,157 @@
+"""Token-by-token decoding on top of an optional pre-filled KV cache.
+
+``decode_stream`` is the one decoding loop genembed uses (chat, RAG, the CLI): it runs new tokens
+through the decoder with causal attention, extending a transformers ``Cache`` in place, and yields
+generated token ids lazily, so a caller can stream text and stop early. Only the last position goes
+through the LM head. Positions are explicit, so callers can place cached passages at chosen RoPE
+positions and continue after them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from ..backbone.attention import run_decoder
+
+__all__ = ["decode_stream", "lm_head", "sample_next"]
+
+
+def lm_head(model: Any) -> torch.nn.Module:
+    """The output projection of a causal LM (or of the model inside a peft wrapper)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    head = base.get_output_embeddings()
+    if head is None:
+        raise ValueError(f"{type(base).__name__} has no LM head: generation needs a causal LM")
+    return head
+
+
+def sample_next(
+    logits: torch.Tensor,
+    *,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Pick one token per row from next-token logits.
+
+    Args:
+        logits: ``(B, V)`` next-token logits.
+        temperature: 0 picks the argmax (greedy); otherwise logits are divided by it before sampling.
+        top_p: nucleus sampling: sample only among the most probable tokens whose cumulative
+            probability reaches ``top_p`` (the top token is always kept). 1.0 keeps all.
+        generator: a seeded ``torch.Generator`` for reproducible sampling.
+
+    Returns:
+        ``(B,)`` token ids (``torch.long``).
+
+    Raises:
+        ValueError: ``temperature < 0`` or ``top_p`` outside ``(0, 1]``.
+    """
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if logits.dim() != 2:
+        raise ValueError(f"logits must be (batch, vocab), got shape {tuple(logits.shape)}")
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        # drop a token when the tokens ranked above it already reach top_p
+        before = sorted_probs.cumsum(dim=-1) - sorted_probs
+        sorted_probs = sorted_probs.masked_fill(before >= top_p, 0.0)
+        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+    return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
+
+
+@torch.no_grad()
+def decode_stream(
+    model: Any,
+    input_ids: torch.LongTensor,
+    *,
+    cache: Any = None,
+    attention_mask: torch.LongTensor | None = None,
+    position_ids: torch.LongTensor | None = None,
+    max_new_tokens: int = 256,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    eos_token_ids: set[int] | frozenset[int] = frozenset(),
+    generator: torch.Generator | None = None,
+) -> Iterator[int]:
+    """Yield generated token ids one at a time (batch 1, causal attention).
+
+    The new ``input_ids`` run on top of ``cache`` (which is extended in place, and holds prompt and
+    generated tokens afterwards); each generated token is fed back at the previous position + 1.
+    Work happens lazily: stopping the iteration early costs nothing more.
+
+    Args:
+        model: a causal LM (or peft wrapper).
+        input_ids: ``(1, T)`` new tokens, ``T >= 1``.
+        cache: a transformers ``Cache`` holding earlier tokens (e.g. a pre-filled prompt or passages),
+            or None to start from scratch.
+        attention_mask: ``(1, past + T)``; defaults to all ones.
+        position_ids: ``(1, T)`` RoPE positions of the new tokens; defaults to continuing after the
+            cache's length (``past, past + 1, ...``).
+        max_new_tokens: the most tokens to generate.
+        temperature: 0 for greedy decoding; see :func:`sample_next`.
+        top_p: nucleus sampling threshold; see :func:`sample_next`.
+        eos_token_ids: generation stops when one of these is produced (it is not yielded).
+        generator: a seeded ``torch.Generator`` for reproducible sampling.
+
+    Yields:
+        Generated token ids (python ints).
+
+    Raises:
+        ValueError: bad shapes or settings (raised on the first ``next()``).
+    """
+    if input_ids.dim() != 2 or input_ids.shape[0] != 1 or input_ids.shape[1] < 1:
+        raise ValueError(f"input_ids must have shape (1, T) with T >= 1, got {tuple(input_ids.shape)}")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    if temperature < 0 or not 0.0 < top_p <= 1.0:
+        raise ValueError(f"need temperature >= 0 and top_p in (0, 1], got {temperature} and {top_p}")
+    device = input_ids.device
+    past = cache.get_seq_length() if cache is not None else 0
+    n_new = input_ids.shape[1]
+    if attention_mask is None:
+        attention_mask = torch.ones((1, past + n_new), dtype=torch.long, device=device)
+    elif tuple(attention_mask.shape) != (1, past + n_new):
+        raise ValueError(
+            f"attention_mask must cover past + new tokens: expected shape (1, {past + n_new}), "
+            f"got {tuple(attention_mask.shape)}"
+        )
+    if position_ids is None:
+        position_ids = torch.arange(past, past + n_new, device=device)[None]
+    elif tuple(position_ids.shape) != (1, n_new):
+        raise ValueError(f"position_ids must have shape (1, {n_new}), got {tuple(position_ids.shape)}")
+    if cache is None:
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+    head = lm_head(model)
+    eos = frozenset(int(t) for t in eos_token_ids)
+    ids, positions = input_ids, position_ids
+    for step in range(max_new_tokens):
+        out = run_decoder(
+            model,
+            input_ids=ids,
+            attention_mask=attention_mask,
+            attention="causal",
+            position_ids=positions,
+            cache=cache,
+            use_cache=True,
+        )
+        logits = head(out.last_hidden_state[:, -1])  # (1, V)
+        token = int(sample_next(logits, temperature=temperature, top_p=top_p, generator=generator)[0])
+        if token in eos:
+            return
+        yield token
+        if step + 1 == max_new_tokens:
+            return
+        ids = torch.tensor([[token]], dtype=torch.long, device=device)
+        positions = positions[:, -1:] + 1
+        attention_mask = torch.cat([attention_mask, attention_mask.new_ones((1, 1))], dim=-1)

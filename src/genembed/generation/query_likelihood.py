@@ -1,0 +1,101 @@
+"""Reranking by query likelihood: how probable the model finds the query after reading the document.
+
+Each document is put in a chat turn that asks for a query it is relevant to, and the score is the
+mean log-probability of the actual query's tokens as the assistant's reply::
+
+    user:      Passage: {document}
+
+               Task: {instruction}
+               Write a query for this task that the passage is relevant to.
+    assistant: {query}
+
+This is UPR (Sachan et al., 2022, *Improving Passage Retrieval with Zero-Shot Question Generation*).
+A small model that cannot judge relevance when asked yes/no can still tell which passage makes the
+query predictable (see ``docs/grit.md`` for the measurement). Every pair needs its own pass (the
+document comes first), but only the query positions go through the LM head.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ..backbone.attention import run_decoder
+from ..encoders.batching import length_sorted_batches
+from .decoding import lm_head
+
+__all__ = ["query_likelihood_prompt", "score_query_likelihood"]
+
+_REQUEST = "Write a query for this task that the passage is relevant to."
+_SENTINEL = "\u2063GENEMBED_DOC\u2063"
+
+
+def query_likelihood_prompt(tokenizer: Any, instruction: str) -> tuple[list[int], list[int]]:
+    """Token ids before and after the document; the query's tokens follow the second part."""
+    content = f"Passage: {_SENTINEL}\n\nTask: {instruction}\n{_REQUEST}"
+    if getattr(tokenizer, "chat_template", None):
+        messages = [{"role": "user", "content": content}]
+        rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    else:
+        rendered = content + "\nQuery: "
+    before, _, after = rendered.partition(_SENTINEL)
+    ids = tokenizer([before, after], add_special_tokens=False)["input_ids"]
+    return ids[0], ids[1]
+
+
+@torch.no_grad()
+def score_query_likelihood(
+    model: Any,
+    tokenizer: Any,
+    query: str,
+    documents: Sequence[str],
+    *,
+    instruction: str,
+    batch_size: int = 8,
+    max_length: int = 512,
+    max_query_tokens: int = 256,
+) -> torch.Tensor:
+    """Mean log-probability of the query's tokens given each document (float32, input order).
+
+    Args:
+        model: a causal LM (or peft wrapper).
+        tokenizer: its tokenizer.
+        query: the query.
+        documents: the candidate documents.
+        instruction: the retrieval task's description (what kind of query to write).
+        batch_size: documents per forward pass.
+        max_length: document tokens kept (longer documents are cut from the end).
+        max_query_tokens: query tokens scored.
+    """
+    if batch_size < 1 or max_length < 1:
+        raise ValueError(f"batch_size and max_length must be >= 1, got {batch_size} and {max_length}")
+    query_ids = tokenizer(query, add_special_tokens=False)["input_ids"][:max_query_tokens]
+    if not documents:
+        return torch.zeros(0)
+    if not query_ids:
+        raise ValueError("query likelihood needs a non-empty query")
+    before, after = query_likelihood_prompt(tokenizer, instruction)
+    doc_ids = tokenizer(list(documents), add_special_tokens=False)["input_ids"]
+    rows = [before + ids[:max_length] + after + query_ids for ids in doc_ids]
+    n_query = len(query_ids)
+    device = next(model.parameters()).device
+    targets = torch.tensor(query_ids, device=device)
+    head, scores = lm_head(model), torch.zeros(len(rows))
+    for indices in length_sorted_batches([len(r) for r in rows], batch_size):
+        width = max(len(rows[i]) for i in indices)
+        ids = torch.full((len(indices), width), tokenizer.pad_token_id or 0, dtype=torch.long)  # pads are masked
+        mask = torch.zeros((len(indices), width), dtype=torch.long)
+        for row, i in enumerate(indices):  # right padding: real tokens never attend to the pads
+            ids[row, : len(rows[i])] = torch.tensor(rows[i])
+            mask[row, : len(rows[i])] = 1
+        hidden = run_decoder(model, input_ids=ids.to(device), attention_mask=mask.to(device)).last_hidden_state
+        # the states that predict the query tokens: positions len - n_query - 1 .. len - 2 of each row
+        ends = torch.tensor([len(rows[i]) - 1 for i in indices], device=device)
+        positions = ends[:, None] - n_query + torch.arange(n_query, device=device)[None]  # (b, n_query)
+        rows_idx = torch.arange(len(indices), device=device)[:, None]
+        log_probs = torch.log_softmax(head(hidden[rows_idx, positions]).float(), dim=-1)  # (b, n_query, V)
+        token_lp = log_probs.gather(-1, targets.expand(len(indices), -1).unsqueeze(-1)).squeeze(-1)
+        scores[indices] = token_lp.mean(dim=-1).cpu()
+    return scores

@@ -1,0 +1,214 @@
+"""Pointwise reranking by generative scoring: ask the model whether a document is relevant.
+
+Each (query, document) pair is rendered with the chat template as one user turn::
+
+    {instruction}
+
+    Query: {query}
+
+    Document: {document}
+
+    Is the document relevant to the query? Answer Yes or No.
+
+and scored at the assistant's first token as ``log P("Yes") - log P("No")``, with the softmax
+restricted to those two answer tokens (so the score is the model's log-odds of "Yes" and does not
+depend on how much probability other tokens take). Everything before the document (template,
+instruction, query) is run once per query; its KV cache is shared by every batch of documents,
+which are right-padded behind it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..backbone.attention import run_decoder
+from ..encoders.batching import length_sorted_batches
+from .adapters import adapter_mode
+from .decoding import lm_head
+from .query_likelihood import score_query_likelihood
+
+__all__ = [
+    "ANSWER_TOKENS",
+    "DEFAULT_RERANK_INSTRUCTION",
+    "SCORINGS",
+    "RerankPrompt",
+    "RerankResult",
+    "answer_token_ids",
+    "rerank",
+    "rerank_prompt",
+    "score_pairs",
+]
+
+DEFAULT_RERANK_INSTRUCTION = "Judge whether the document is relevant to the query."
+DEFAULT_TASK_INSTRUCTION = "Given a query, retrieve relevant passages."  # query_likelihood's default
+SCORINGS = ("yes_no", "query_likelihood")
+ANSWER_TOKENS = ("Yes", "No")  # the casing SmolLM2-Instruct answers with
+_QUESTION = "Is the document relevant to the query? Answer Yes or No."
+_SENTINEL = "\u2063GENEMBED_DOC\u2063"
+
+
+@dataclass(frozen=True)
+class RerankResult:
+    """One reranked document: its index in the input list, its score (log-odds of "Yes"), its text."""
+
+    index: int
+    score: float
+    document: str
+
+
+@dataclass(frozen=True)
+class RerankPrompt:
+    """Token ids of a rerank prompt's parts: ``prefix + document + suffix``."""
+
+    prefix: list[int]
+    suffix: list[int]
+
+
+def rerank_prompt(tokenizer: Any, query: str, instruction: str, max_query_tokens: int = 256) -> RerankPrompt:
+    """Tokenize the prompt around the document (the query is cut to ``max_query_tokens``)."""
+    query_ids = tokenizer(query, add_special_tokens=False)["input_ids"]
+    if len(query_ids) > max_query_tokens:
+        query = tokenizer.decode(query_ids[:max_query_tokens])
+    content = f"{instruction}\n\nQuery: {query}\n\nDocument: {_SENTINEL}\n\n{_QUESTION}"
+    messages = [{"role": "user", "content": content}]
+    if getattr(tokenizer, "chat_template", None):
+        rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    else:
+        rendered = content + "\nAnswer:"
+    prefix, _, suffix = rendered.partition(_SENTINEL)
+    ids = tokenizer([prefix, suffix], add_special_tokens=False)["input_ids"]
+    return RerankPrompt(ids[0], ids[1])
+
+
+@functools.lru_cache(maxsize=16)
+def answer_token_ids(tokenizer: Any) -> tuple[int, int]:
+    """Ids of the "Yes" and "No" answer tokens.
+
+    Real tokenizers have one token for each; when a word takes several tokens (tiny test vocabularies)
+    its first token stands for it, and the two first tokens must differ.
+    """
+    yes, no = (tokenizer(word, add_special_tokens=False)["input_ids"][:1] for word in ANSWER_TOKENS)
+    if not yes or not no or yes == no:
+        raise ValueError(f"this tokenizer cannot tell the answers {ANSWER_TOKENS} apart by their first token")
+    return yes[0], no[0]
+
+
+@torch.no_grad()
+def score_pairs(
+    model: Any,
+    tokenizer: Any,
+    query: str,
+    documents: Sequence[str],
+    *,
+    instruction: str = DEFAULT_RERANK_INSTRUCTION,
+    batch_size: int = 8,
+    max_length: int = 512,
+) -> torch.Tensor:
+    """``log P("Yes") - log P("No")`` for each document (float32, input order).
+
+    Args:
+        model: a causal LM (or peft wrapper).
+        tokenizer: its tokenizer.
+        query: the query.
+        documents: the candidate documents.
+        instruction: the task description opening the prompt.
+        batch_size: documents per forward pass.
+        max_length: document tokens kept (longer documents are cut from the end).
+    """
+    if batch_size < 1 or max_length < 1:
+        raise ValueError(f"batch_size and max_length must be >= 1, got {batch_size} and {max_length}")
+    if not documents:
+        return torch.zeros(0)
+    yes, no = answer_token_ids(tokenizer)
+    prompt = rerank_prompt(tokenizer, query, instruction)
+    device = next(model.parameters()).device
+    n_prefix = len(prompt.prefix)
+    prefix = run_decoder(
+        model,
+        input_ids=torch.tensor([prompt.prefix], device=device),
+        attention_mask=torch.ones((1, n_prefix), dtype=torch.long, device=device),
+        use_cache=True,
+    ).cache
+    rows = [
+        ids[:max_length] + prompt.suffix for ids in tokenizer(list(documents), add_special_tokens=False)["input_ids"]
+    ]
+    head, scores = lm_head(model), torch.zeros(len(rows))
+    for indices in length_sorted_batches([len(r) for r in rows], batch_size):
+        width = max(len(rows[i]) for i in indices)
+        ids = torch.full((len(indices), width), tokenizer.pad_token_id or 0, dtype=torch.long)  # pads are masked
+        mask = torch.zeros((len(indices), n_prefix + width), dtype=torch.long)
+        mask[:, :n_prefix] = 1
+        for row, i in enumerate(indices):  # right padding: real tokens never attend to the pads
+            ids[row, : len(rows[i])] = torch.tensor(rows[i])
+            mask[row, n_prefix : n_prefix + len(rows[i])] = 1
+        hidden = run_decoder(
+            model,
+            input_ids=ids.to(device),
+            attention_mask=mask.to(device),
+            position_ids=torch.arange(n_prefix, n_prefix + width, device=device).expand(len(indices), -1),
+            cache=_repeat_cache(prefix, len(indices), model),
+        ).last_hidden_state
+        last = torch.tensor([len(rows[i]) - 1 for i in indices], device=device)
+        logits = head(hidden[torch.arange(len(indices), device=device), last])[:, [yes, no]].float()  # (b, 2)
+        log_probs = torch.log_softmax(logits, dim=-1)
+        scores[indices] = (log_probs[:, 0] - log_probs[:, 1]).cpu()
+    return scores
+
+
+def _repeat_cache(cache: Any, batch: int, model: Any) -> Any:
+    """A new cache holding ``batch`` copies of a batch-1 cache (views; the original is not changed)."""
+    from transformers import DynamicCache
+
+    layers = [(keys.expand(batch, -1, -1, -1), values.expand(batch, -1, -1, -1)) for keys, values, *_ in cache]
+    config = getattr(model, "config", None)
+    return DynamicCache(layers, config=config) if config is not None else DynamicCache(layers)
+
+
+def rerank(
+    backbone: Any,
+    query: str,
+    documents: Sequence[str],
+    *,
+    top_n: int | None = None,
+    instruction: str | None = None,
+    batch_size: int = 8,
+    max_length: int = 512,
+    scoring: str = "yes_no",
+    use_adapter: bool = True,
+) -> list[RerankResult]:
+    """Score documents against a query and return them best first (see :meth:`GenerativeEmbedder.rerank`).
+
+    ``scoring`` is ``"yes_no"`` (this module) or ``"query_likelihood"``
+    (:mod:`genembed.generation.query_likelihood`).
+    """
+    if not isinstance(query, str):
+        raise TypeError(f"query must be a string, got {type(query).__name__}")
+    if isinstance(documents, str):
+        raise TypeError("documents must be a list of strings, got one string")
+    documents = list(documents)
+    for i, doc in enumerate(documents):
+        if not isinstance(doc, str):
+            raise TypeError(f"documents[{i}] must be a string, got {type(doc).__name__}")
+    if top_n is not None and top_n < 1:
+        raise ValueError(f"top_n must be >= 1 or None, got {top_n}")
+    if scoring not in SCORINGS:
+        raise ValueError(f"scoring must be one of {SCORINGS}, got {scoring!r}")
+    score = score_pairs if scoring == "yes_no" else score_query_likelihood
+    default_instruction = DEFAULT_RERANK_INSTRUCTION if scoring == "yes_no" else DEFAULT_TASK_INSTRUCTION
+    with adapter_mode(backbone.model, use_adapter):
+        scores = score(
+            backbone.model,
+            backbone.tokenizer,
+            query,
+            documents,
+            instruction=instruction or default_instruction,
+            batch_size=batch_size,
+            max_length=max_length,
+        )
+    order = sorted(range(len(documents)), key=lambda i: (-float(scores[i]), i))
+    return [RerankResult(i, float(scores[i]), documents[i]) for i in order[:top_n]]

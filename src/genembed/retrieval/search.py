@@ -1,0 +1,189 @@
+"""Retrieve-then-rerank: embedding search over a list of texts or an index, then generative reranking
+of the top candidates with the same model (GRIT's "one model" pipeline).
+
+An index is anything with ``search(query_embeddings, k) -> (scores, ids)`` and ``text(i)`` (see
+:class:`SearchIndex`); :class:`ExactIndex` is the in-memory one used for plain lists of texts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = ["ExactIndex", "SearchHit", "SearchIndex", "search"]
+
+
+@runtime_checkable
+class SearchIndex(Protocol):
+    """What :func:`search` needs from an index.
+
+    ``search`` takes ``(n, dim)`` float32 query embeddings (L2-normalized, encoded with the settings
+    the index was built with) and returns ``(scores, ids)``, both ``(n, k')`` with ``k' <= k``, best
+    first; ids of -1 mark missing results. ``text(i)`` returns the text with id ``i``.
+
+    Optionally an index also offers ``encode_queries(model, queries) -> (n, dim)`` to embed queries
+    with its own build settings (method, steps, query instruction), as
+    :class:`genembed.retrieval.Index` does; :func:`search` then uses it for the query embedding.
+    """
+
+    def search(self, query_embeddings: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def text(self, i: int) -> str: ...
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """One search result.
+
+    Attributes:
+        index: the text's id (its position in the list, or the index's id).
+        score: the final score: the rerank score (log-odds of "relevant") for reranked hits, else the
+            embedding score.
+        text: the text.
+        retrieval_score: the embedding similarity (inner product of normalized embeddings).
+        retrieval_rank: 0-based rank by embedding similarity.
+        rerank_score: the rerank score, or None when the hit was not reranked.
+    """
+
+    index: int
+    score: float
+    text: str
+    retrieval_score: float
+    retrieval_rank: int
+    rerank_score: float | None = None
+
+
+class ExactIndex:
+    """Exact inner-product search over embeddings held in memory (numpy; fine up to ~10^5 texts).
+
+    Args:
+        embeddings: ``(n, dim)`` document embeddings (normalize them for cosine similarity).
+        texts: the ``n`` texts, in the same order.
+    """
+
+    def __init__(self, embeddings: np.ndarray, texts: Sequence[str]):
+        embeddings = np.asarray(embeddings, dtype=np.float32)
+        if embeddings.ndim != 2 or embeddings.shape[0] != len(texts):
+            raise ValueError(f"need (n, dim) embeddings for n={len(texts)} texts, got shape {embeddings.shape}")
+        self.embeddings, self.texts = embeddings, list(texts)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def search(self, query_embeddings: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top ``k`` by inner product for each query: ``(scores, ids)``, ``(n, k)``, -1 ids past the end."""
+        queries = np.atleast_2d(np.asarray(query_embeddings, dtype=np.float32))
+        sims = queries @ self.embeddings.T  # (n, N)
+        top = min(k, sims.shape[1])
+        ids = np.argpartition(-sims, top - 1, axis=1)[:, :top] if top else np.zeros((len(queries), 0), dtype=int)
+        part = np.take_along_axis(sims, ids, axis=1)
+        order = np.argsort(-part, axis=1, kind="stable")
+        ids, part = np.take_along_axis(ids, order, axis=1), np.take_along_axis(part, order, axis=1)
+        scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
+        out = np.full((len(queries), k), -1, dtype=np.int64)
+        scores[:, :top], out[:, :top] = part, ids
+        return scores, out
+
+    def text(self, i: int) -> str:
+        return self.texts[i]
+
+
+def search(
+    model: Any,
+    query: str,
+    corpus_or_index: Sequence[str] | SearchIndex,
+    *,
+    k: int = 10,
+    rerank: bool = True,
+    rerank_top: int | None = None,
+    instruction: str | None = None,
+    rerank_instruction: str | None = None,
+    rerank_scoring: str = "yes_no",
+    batch_size: int = 32,
+    **encode_kwargs: Any,
+) -> list[SearchHit]:
+    """Embed the query, retrieve candidates, and rerank the best ones generatively.
+
+    Args:
+        model: a :class:`~genembed.GenerativeEmbedder`.
+        query: the query text.
+        corpus_or_index: a list of texts (embedded here as documents, on every call: build an index
+            to search a corpus repeatedly) or an object implementing :class:`SearchIndex`.
+        k: hits returned.
+        rerank: rerank candidates with :meth:`~genembed.GenerativeEmbedder.rerank`.
+        rerank_top: candidates reranked (default ``k``). With ``rerank_top > k`` more candidates are
+            retrieved and the best ``k`` after reranking are returned; with ``rerank_top < k`` the
+            hits after the reranked ones keep their retrieval order.
+        instruction: the query's embedding instruction (default: the model's query instruction; an
+            index with ``encode_queries`` uses its own). It also describes the task in the rerank
+            prompt unless ``rerank_instruction`` is given.
+        rerank_instruction: the rerank prompt's task description (default: ``instruction`` if given,
+            else the reranker's default).
+        rerank_scoring: ``"yes_no"`` or ``"query_likelihood"`` (see :meth:`~genembed.GenerativeEmbedder.rerank`).
+        batch_size: texts per forward pass when embedding and reranking.
+        **encode_kwargs: embedding settings for :meth:`~genembed.GenerativeEmbedder.encode`
+            (``method``, ``steps``, ...); for an index without ``encode_queries``, use the settings it
+            was built with.
+
+    Returns:
+        Up to ``k`` hits, best first.
+
+    Raises:
+        TypeError: ``corpus_or_index`` is neither a list of strings nor a :class:`SearchIndex`.
+        ValueError: ``k`` or ``rerank_top`` below 1.
+    """
+    if not isinstance(query, str):
+        raise TypeError(f"query must be a string, got {type(query).__name__}")
+    if k < 1 or (rerank_top is not None and rerank_top < 1):
+        raise ValueError(f"k and rerank_top must be >= 1, got k={k}, rerank_top={rerank_top}")
+    index = _as_index(model, corpus_or_index, batch_size, encode_kwargs)
+    if isinstance(index, ExactIndex) and not len(index):
+        return []
+    n_rerank = (k if rerank_top is None else rerank_top) if rerank else 0
+    if callable(getattr(index, "encode_queries", None)):
+        if encode_kwargs:
+            raise ValueError(f"this index embeds queries with its own settings; drop {sorted(encode_kwargs)}")
+        query_embedding = index.encode_queries(model, [query])
+    else:
+        query_embedding = model.encode_query(
+            [query], instruction=instruction, batch_size=batch_size, normalize=True, **encode_kwargs
+        )
+    scores, ids = index.search(np.asarray(query_embedding, dtype=np.float32), max(k, n_rerank))
+    candidates = [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if int(i) >= 0]
+    hits = [SearchHit(i, s, index.text(i), s, rank) for rank, (i, s) in enumerate(candidates)]
+    if n_rerank and hits:
+        head, tail = hits[:n_rerank], hits[n_rerank:]
+        reranked = model.rerank(
+            query,
+            [h.text for h in head],
+            instruction=rerank_instruction or instruction,
+            batch_size=batch_size,
+            scoring=rerank_scoring,
+        )
+        head = [
+            SearchHit(h.index, r.score, h.text, h.retrieval_score, h.retrieval_rank, r.score)
+            for r in reranked
+            for h in [head[r.index]]
+        ]
+        hits = head + tail
+    return hits[:k]
+
+
+def _as_index(model: Any, corpus_or_index: Any, batch_size: int, encode_kwargs: dict) -> SearchIndex:
+    if isinstance(corpus_or_index, SearchIndex):
+        return corpus_or_index
+    if isinstance(corpus_or_index, str) or not isinstance(corpus_or_index, Sequence):
+        raise TypeError(
+            "corpus_or_index must be a list of texts or an index with search(query_embeddings, k) and text(i), "
+            f"got {type(corpus_or_index).__name__}"
+        )
+    for i, text in enumerate(corpus_or_index):
+        if not isinstance(text, str):
+            raise TypeError(f"corpus_or_index[{i}] must be a string, got {type(text).__name__}")
+    if not corpus_or_index:
+        return ExactIndex(np.zeros((0, model.dim), dtype=np.float32), [])
+    embeddings = model.encode_document(list(corpus_or_index), batch_size=batch_size, normalize=True, **encode_kwargs)
+    return ExactIndex(embeddings, corpus_or_index)

@@ -1,0 +1,54 @@
+"""Which weights chat and reranking use when a LoRA adapter is attached (``generation_adapter``)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+PROMPT = "What is the capital of France?"
+DOCS = ["Paris is the capital of France.", "I love this movie."]
+
+
+@pytest.fixture
+def pair(chatty):
+    """(model without adapter, same model with a non-trivial LoRA adapter)."""
+    from peft import LoraConfig, get_peft_model
+
+    from genembed.model import GenerativeEmbedder
+
+    base = GenerativeEmbedder(copy.deepcopy(chatty))
+    config = LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj", "down_proj"], init_lora_weights=False)
+    chatty.model = get_peft_model(chatty.model, config).eval()
+    return base, GenerativeEmbedder(chatty, adapter="test-lora")
+
+
+def test_default_generates_with_base_weights(pair):
+    base, adapted = pair
+    assert adapted.generation_adapter is False
+    assert adapted.generate(PROMPT, max_new_tokens=20) == base.generate(PROMPT, max_new_tokens=20)
+    assert [r.score for r in adapted.rerank(PROMPT, DOCS)] == pytest.approx(
+        [r.score for r in base.rerank(PROMPT, DOCS)]
+    )
+    # embedding always uses the adapter
+    assert float(adapted.encode(PROMPT, method="mean") @ base.encode(PROMPT, method="mean")) < 0.9999
+
+
+def test_generation_adapter_true_uses_the_adapter(pair):
+    base, adapted = pair
+    adapted.generation_adapter = True
+    assert adapted.generate(PROMPT, max_new_tokens=20) != base.generate(PROMPT, max_new_tokens=20)
+    assert [r.score for r in adapted.rerank(PROMPT, DOCS)] != pytest.approx(
+        [r.score for r in base.rerank(PROMPT, DOCS)], abs=1e-4
+    )
+
+
+def test_a_paused_stream_leaves_the_adapter_enabled(pair):
+    _, adapted = pair
+    before = adapted.encode(PROMPT, method="mean")
+    stream = adapted.generate(PROMPT, max_new_tokens=20, stream=True)
+    next(stream)
+    np.testing.assert_allclose(adapted.encode(PROMPT, method="mean"), before, atol=1e-6)
+    rest = "".join(stream)
+    assert rest
