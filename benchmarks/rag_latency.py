@@ -1,0 +1,236 @@
+"""RAG latency per KV caching mode vs. no caching, on the default model (CPU), as in GRIT's Figure 5.
+
+Two sweeps, as in the GRIT paper: the query grows (250..4000 tokens) with a short passage, and the
+passage grows with a short query. For every length each mode runs the same end-to-end path as
+``genembed ask`` (embed the query for retrieval, search a one-passage index, assemble the cached KV
+states, prefill what is not cached, decode), with a fixed number of new tokens (no EOS stop), modes
+interleaved within each repetition so they see the same machine conditions. Reported per mode: time
+to first token (TTFT) and total time, their medians, and their ratios to ``none`` measured in the
+same run. The passage's KV states come from a real index on disk (float16, memory-mapped), as
+``genembed index build --store-kv`` writes them. Also writes the KV storage sizes (measured on disk for
+float32/float16/bfloat16, and computed for a 7B model) and a PNG plot.
+
+Run (about 15 minutes on 2 busy CPU cores; one heavy process, so under the CPU lock):
+
+    flock /tmp/genembed-cpu.lock .venv/bin/python benchmarks/rag_latency.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+MODES = ("none", "query", "doc", "querydoc", "docquery")
+GRIT_CPU_4000 = {"query": 0.54, "doc": 0.63}  # GRIT paper: latency reduction at 4000 tokens on CPU
+MISTRAL_7B = {"layers": 32, "kv_heads": 8, "head_dim": 128}  # GritLM-7B's KV geometry
+GRIT_INDEX = {"passages": 2_681_468, "bytes": 30e12}  # GRIT: ~30 TB of doc caches for 2.68M passages
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def _text_of(tokenizer, n_tokens: int, seed_text: str) -> str:
+    """Text of about ``n_tokens`` tokens (the sample corpus repeated and cut)."""
+    ids = tokenizer(seed_text, add_special_tokens=False)["input_ids"]
+    ids = (ids * (n_tokens // len(ids) + 1))[:n_tokens]
+    return tokenizer.decode(ids)
+
+
+def _one_run(model, index, question: str, mode: str, new_tokens: int) -> dict[str, float]:
+    from genembed.generation.decoding import decode_stream
+    from genembed.retrieval.context import fresh_input, mode_layout
+    from genembed.retrieval.rag import build_context, retrieve
+
+    start = time.perf_counter()
+    query, sources = retrieve(model, index, question, top_k=1, keep_query_kv=mode_layout(mode)[1])
+    t_retrieved = time.perf_counter()
+    context = build_context(model, index, query, sources, mode=mode)
+    t_assembled = time.perf_counter()
+    ids, mask, positions = fresh_input(context, "cpu")
+    tokens = decode_stream(
+        model.backbone.model,
+        ids,
+        cache=context.cache,
+        attention_mask=mask,
+        position_ids=positions,
+        max_new_tokens=new_tokens,
+    )
+    next(tokens)
+    t_first = time.perf_counter()
+    n = 1 + sum(1 for _ in tokens)
+    end = time.perf_counter()
+    return {
+        "retrieve": t_retrieved - start,
+        "assemble": t_assembled - t_retrieved,
+        "ttft": t_first - start,
+        "total": end - start,
+        "new_tokens": n,
+        "prompt_tokens": context.total_tokens,
+        "cached_tokens": context.cached_tokens,
+    }
+
+
+def _storage(model, tmp: Path, passage: str) -> dict:
+    from genembed.retrieval.index_build import build_index
+    from genembed.retrieval.kv_store import KVGeometry, kv_bytes_per_token
+
+    doc = tmp / "storage.jsonl"
+    doc.write_text(json.dumps({"id": "p", "text": passage}) + "\n")
+    geometry = KVGeometry.of(model.backbone.model.config)
+    measured = {}
+    for dtype in ("float32", "float16", "bfloat16"):
+        index = build_index(
+            model,
+            [doc],
+            tmp / f"store-{dtype}",
+            store_kv=True,
+            kv_dtype=dtype,
+            chunk_tokens=4096,
+            show_progress_bar=False,
+        )
+        tokens = index.chunk(0).tokens
+        measured[dtype] = {
+            "tokens": tokens,
+            "bytes": index.kv_store.nbytes,
+            "bytes_per_token": index.kv_store.nbytes / tokens,
+        }
+    seven_b = {d: kv_bytes_per_token(**MISTRAL_7B, dtype=d) for d in ("float32", "bfloat16")}
+    implied_tokens = GRIT_INDEX["bytes"] / GRIT_INDEX["passages"] / seven_b["bfloat16"]
+    return {
+        "default_model": {
+            "geometry": vars(geometry),
+            "bytes_per_token": {d: geometry.bytes_per_token(d) for d in ("float32", "float16", "bfloat16")},
+            "measured_on_disk": measured,
+        },
+        "mistral_7b": {
+            "geometry": MISTRAL_7B,
+            "bytes_per_token": seven_b,
+            "grit_index": GRIT_INDEX,
+            "tokens_per_passage_implied_by_30TB_in_bf16": implied_tokens,
+            "bytes_for_2.68M_passages_of_100_tokens": {d: b * 100 * GRIT_INDEX["passages"] for d, b in seven_b.items()},
+        },
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lengths", type=int, nargs="+", default=[250, 500, 1000, 2000, 4000])
+    parser.add_argument("--short", type=int, default=16, help="tokens of the side that does not grow")
+    parser.add_argument("--repeats", type=int, default=2, help="repetitions per point (median reported)")
+    parser.add_argument("--new-tokens", type=int, default=16, help="generated tokens per answer")
+    parser.add_argument("--method", default="gircse", help="index embedding method (gircse, mean, grit)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "rag_latency")
+    args = parser.parse_args()
+
+    import genembed
+    from genembed.retrieval.embed_kv import EmbedConfig
+    from genembed.retrieval.index_build import build_index
+
+    torch.set_num_threads(args.threads)
+    model = genembed.load()
+    tok = model.backbone.tokenizer
+    corpus = (REPO / "src" / "genembed" / "data" / "sample_corpus.jsonl").read_text().splitlines()
+    seed_text = " ".join(json.loads(line)["text"] for line in corpus)
+    longest = max(args.lengths)
+    config = EmbedConfig(method=args.method, tau=model.tau, max_length=longest + 256)
+    results: dict[str, dict] = {"query": {}, "doc": {}}
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        for sweep in ("query", "doc"):
+            for length in args.lengths:
+                q_len, d_len = (length, args.short) if sweep == "query" else (args.short, length)
+                question = _text_of(tok, q_len, seed_text) + "?"
+                doc = tmp / f"{sweep}-{length}.jsonl"
+                doc.write_text(json.dumps({"id": "p", "text": _text_of(tok, d_len, seed_text)}) + "\n")
+                index = build_index(
+                    model,
+                    [doc],
+                    tmp / f"index-{sweep}-{length}",
+                    config=config,
+                    store_kv=True,
+                    kv_dtype="float16",
+                    chunk_tokens=longest + 16,
+                    show_progress_bar=False,
+                )
+                _one_run(model, index, question, "none", 2)  # warm-up (allocator, thread pool)
+                runs: dict[str, list[dict]] = {m: [] for m in MODES}
+                for _ in range(args.repeats):
+                    for mode in MODES:
+                        runs[mode].append(_one_run(model, index, question, mode, args.new_tokens))
+                point = {
+                    mode: {
+                        "ttft_s": statistics.median(r["ttft"] for r in rs),
+                        "total_s": statistics.median(r["total"] for r in rs),
+                        "assemble_s": statistics.median(r["assemble"] for r in rs),
+                        "prompt_tokens": rs[0]["prompt_tokens"],
+                        "cached_tokens": rs[0]["cached_tokens"],
+                        "runs": rs,
+                    }
+                    for mode, rs in runs.items()
+                }
+                for mode in MODES:
+                    for key in ("ttft", "total"):
+                        point[mode][f"{key}_ratio_vs_none"] = point[mode][f"{key}_s"] / point["none"][f"{key}_s"]
+                results[sweep][str(length)] = point
+                line = "  ".join(
+                    f"{m} {point[m]['total_s']:.2f}s ({point[m]['total_ratio_vs_none']:.2f})" for m in MODES
+                )
+                print(f"{sweep:5s} {length:5d}: {line}", flush=True)
+        storage = _storage(model, tmp, _text_of(tok, 1000, seed_text))
+    report = {
+        "config": {**vars(args), "out": str(args.out), "model": model.name, "torch": torch.__version__},
+        "machine": {"platform": platform.platform(), "cpus": torch.get_num_threads()},
+        "git_commit": _git_commit(),
+        "grit_paper_cpu_reduction_at_4000": GRIT_CPU_4000,
+        "results": results,
+        "storage": storage,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "rag_latency.json").write_text(json.dumps(report, indent=2))
+    _plot(results, args.out / "rag_latency.png", model.name, args.new_tokens)
+    print(f"wrote {args.out / 'rag_latency.json'} and rag_latency.png")
+
+
+def _plot(results: dict, path: Path, model_name: str, new_tokens: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8), sharex=True)
+    for col, sweep in enumerate(("query", "doc")):
+        lengths = sorted(int(n) for n in results[sweep])
+        for row, key in enumerate(("total_s", "ttft_s")):
+            ax = axes[row, col]
+            for mode in MODES:
+                ax.plot(lengths, [results[sweep][str(n)][mode][key] for n in lengths], marker="o", label=mode)
+            ax.set_xscale("log")
+            ax.set_xticks(lengths, [str(n) for n in lengths])
+            ax.set_ylabel("seconds")
+            grows = "query" if sweep == "query" else "passage"
+            ax.set_title(f"{'total' if key == 'total_s' else 'time to first token'}: {grows} length grows")
+            ax.grid(alpha=0.3)
+        axes[1, col].set_xlabel(f"{'query' if sweep == 'query' else 'passage'} tokens")
+    axes[0, 0].legend()
+    fig.suptitle(f"RAG latency by KV caching mode ({model_name}, CPU, {new_tokens} new tokens)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    main()

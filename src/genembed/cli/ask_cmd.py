@@ -1,0 +1,92 @@
+"""``genembed ask INDEX_DIR "question"``: retrieve passages from an index and answer with them in
+context, streaming the answer, then listing its sources and where the time went."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ._common import AdapterOpt, DtypeOpt, ModelOpt, load_model
+
+
+def ask(
+    index_dir: Annotated[Path, typer.Argument(help="an index folder from `genembed index build`")],
+    question: Annotated[str, typer.Argument(help="the question")],
+    cache: Annotated[
+        str, typer.Option("--cache", help="KV reuse: none, query, doc, querydoc or docquery (doc* need --store-kv)")
+    ] = "none",
+    order: Annotated[
+        str | None, typer.Option("--order", help="with --cache none: doc_first (default) or query_first")
+    ] = None,
+    rerank: Annotated[bool, typer.Option("--rerank", help="rerank retrieved passages generatively")] = False,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="passages put in the prompt")] = 3,
+    candidates: Annotated[int, typer.Option("--candidates", min=1, help="passages retrieved for --rerank")] = 10,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", min=1, help="answer length limit")] = 128,
+    temperature: Annotated[float, typer.Option("--temperature", min=0.0, help="0 = greedy")] = 0.0,
+    seed: Annotated[int | None, typer.Option("--seed", help="seed for sampling")] = None,
+    model: ModelOpt = None,
+    adapter: AdapterOpt = None,
+    dtype: DtypeOpt = "float32",
+) -> None:
+    """Answer QUESTION from the passages of INDEX_DIR with one model (retrieval and generation)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from genembed.retrieval.context import mode_layout
+    from genembed.retrieval.errors import IndexLoadError
+    from genembed.retrieval.index import Index
+    from genembed.retrieval.rag import ask as rag_ask
+
+    def fail(message: str) -> None:
+        typer.secho(f"error: {message}", fg="red", err=True)
+        raise typer.Exit(2)
+
+    try:  # everything that can be checked before the model loads
+        mode_layout(cache, order)
+        index = Index.load(index_dir)
+        if cache in ("doc", "querydoc", "docquery") and not index.has_kv:
+            raise ValueError(f"--cache {cache} needs stored KV states: rebuild {index_dir} with --store-kv")
+    except (IndexLoadError, FileNotFoundError, ValueError) as exc:
+        fail(str(exc))
+    ref = index.manifest["model"].get("ref", {})
+    loaded = load_model(model or ref.get("model"), adapter or ref.get("adapter"), dtype)
+    console = Console(width=140)
+    console.print(f"[bold]Q:[/bold] {question}")
+    console.print("[bold]A:[/bold] ", end="")
+    try:
+        answer = rag_ask(
+            loaded,
+            index,
+            question,
+            cache=cache,
+            order=order,
+            top_k=top_k,
+            rerank=rerank,
+            rerank_candidates=candidates,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            seed=seed,
+            on_text=lambda piece: console.print(piece, end="", markup=False, highlight=False),
+        )
+    except ValueError as exc:
+        console.print()
+        fail(str(exc))
+    console.print("\n")
+    sources = Table(title="sources")
+    for col in ("#", "chunk", "score", *(["rerank"] if rerank else []), "passage"):
+        sources.add_column(col)
+    for n, s in enumerate(answer.sources, start=1):
+        passage = (f"{s.title}: " if s.title else "") + s.text
+        passage = passage if len(passage) <= 160 else passage[:157] + "..."
+        rerank_col = [f"{s.rerank_score:.2f}"] if rerank else []
+        sources.add_row(str(n), s.id, f"{s.score:.3f}", *rerank_col, passage)
+    console.print(sources)
+    t = answer.timings
+    parts = [f"{k} {t[k]:.2f}s" for k in ("embed_query", "search", "rerank", "first_token", "total") if k in t]
+    console.print(
+        f"cache={answer.mode} ({answer.order}); prompt {answer.prompt_tokens} tokens, {answer.cached_tokens} from "
+        f"KV states; {answer.new_tokens} new tokens; " + ", ".join(parts),
+        style="dim",
+    )

@@ -1,0 +1,158 @@
+"""``genembed index build|add|info``: make an index of JSONL / text / Markdown sources, optionally with
+each chunk's KV states for doc caching in ``genembed ask``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ._common import AdapterOpt, DtypeOpt, ModelOpt, load_model
+
+index_app = typer.Typer(
+    help="Build, extend and inspect retrieval indexes (faiss + chunk metadata + optional KV states).",
+    no_args_is_help=True,
+)
+
+SourcesArg = Annotated[list[Path], typer.Argument(help="JSONL (id, title, text), .txt or .md files, or folders")]
+
+
+def _fail(message: str) -> None:
+    typer.secho(f"error: {message}", fg="red", err=True)
+    raise typer.Exit(2)
+
+
+def _ref(value: str | None) -> str | None:
+    """A model/adapter argument as stored in the manifest: local paths made absolute."""
+    if value is None:
+        return None
+    path = Path(os.path.expanduser(value))
+    return str(path.resolve()) if path.exists() else value
+
+
+@index_app.command("build")
+def build(
+    sources: SourcesArg,
+    out: Annotated[Path, typer.Option("--out", "-o", help="index folder to create")],
+    store_kv: Annotated[
+        bool, typer.Option("--store-kv", help="store each chunk's KV states (for --cache doc)")
+    ] = False,
+    chunk_tokens: Annotated[int, typer.Option("--chunk-tokens", min=1, help="document tokens per chunk")] = 256,
+    overlap: Annotated[int, typer.Option("--overlap", min=0, help="tokens shared by consecutive chunks")] = 32,
+    kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="KV storage: float32, float16 or bfloat16")] = "float16",
+    method: Annotated[str, typer.Option("--method", help="embedding method: gircse, mean, last or grit")] = "gircse",
+    steps: Annotated[int, typer.Option("--steps", "-k", min=1, help="GIRCSE soft tokens K")] = 5,
+    attention: Annotated[
+        str, typer.Option("--attention", help="causal or bidirectional (grit: always bidi)")
+    ] = "causal",
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="chunks per forward pass")] = 16,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="replace an existing index at --out")] = False,
+    model: ModelOpt = None,
+    adapter: AdapterOpt = None,
+    dtype: DtypeOpt = "float32",
+) -> None:
+    """Chunk, embed and index SOURCES. Rerun the same command after an interruption to resume."""
+    from genembed.retrieval.chunking import SourceError
+    from genembed.retrieval.embed_kv import EmbedConfig
+    from genembed.retrieval.index_build import build_index
+    from genembed.retrieval.kv_store import resolve_kv_dtype
+
+    try:  # check settings before loading the model
+        resolve_kv_dtype(kv_dtype)
+        if overlap >= chunk_tokens:
+            raise ValueError(f"--overlap ({overlap}) must be smaller than --chunk-tokens ({chunk_tokens})")
+        attention = "bidirectional" if method == "grit" else attention
+        config = EmbedConfig(
+            method=method, steps=steps, attention=attention, max_length=chunk_tokens + 256
+        )  # room for title + template
+        config.options()
+    except ValueError as exc:
+        _fail(str(exc))
+    loaded = load_model(model, adapter, dtype)
+    config = EmbedConfig(**{**config.to_dict(), "tau": loaded.tau})
+    try:
+        index = build_index(
+            loaded,
+            sources,
+            out,
+            config=config,
+            chunk_tokens=chunk_tokens,
+            overlap=overlap,
+            store_kv=store_kv,
+            kv_dtype=kv_dtype,
+            batch_size=batch_size,
+            overwrite=overwrite,
+            model_ref={"model": _ref(model), "adapter": _ref(adapter)},
+        )
+    except (SourceError, FileNotFoundError, FileExistsError, ValueError) as exc:
+        _fail(str(exc))
+    _print_info(index)
+
+
+@index_app.command("add")
+def add(
+    index_dir: Annotated[Path, typer.Argument(help="an index folder from `genembed index build`")],
+    sources: SourcesArg,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="chunks per forward pass")] = 16,
+    model: ModelOpt = None,
+    adapter: AdapterOpt = None,
+    dtype: DtypeOpt = "float32",
+) -> None:
+    """Append SOURCES to an index (same model and settings). Resumes like `build`."""
+    from genembed.retrieval.chunking import SourceError
+    from genembed.retrieval.errors import IndexLoadError
+    from genembed.retrieval.index import read_manifest
+    from genembed.retrieval.index_build import add_to_index
+
+    try:
+        ref = read_manifest(index_dir)["model"].get("ref", {}) if index_dir.is_dir() else {}
+    except IndexLoadError as exc:
+        _fail(str(exc))
+    loaded = load_model(model or ref.get("model"), adapter or ref.get("adapter"), dtype)
+    try:
+        index = add_to_index(loaded, index_dir, sources, batch_size=batch_size)
+    except (SourceError, IndexLoadError, FileNotFoundError, FileExistsError, ValueError) as exc:
+        _fail(str(exc))
+    _print_info(index)
+
+
+@index_app.command("info")
+def info(index_dir: Annotated[Path, typer.Argument(help="an index folder")]) -> None:
+    """Show an index's model, settings, size and KV storage."""
+    from genembed.retrieval.errors import IndexLoadError
+    from genembed.retrieval.index import Index
+
+    try:
+        index = Index.load(index_dir)
+    except (IndexLoadError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    _print_info(index)
+
+
+def _print_info(index: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    manifest, config = index.manifest, index.config
+    table = Table(title=f"index {index.path}", show_header=False)
+    table.add_row("chunks", f"{len(index):,} from {len({c.doc_id for c in index.chunks}):,} documents")
+    table.add_row("model", f"{manifest['model']['name']} (dim {index.dim})")
+    steps = f", K={config.steps}" if config.method == "gircse" else ""
+    table.add_row("embedding", f"{config.method}{steps}, {config.segment_attention} attention")
+    chunking = manifest["chunking"]
+    table.add_row("chunking", f"{chunking['chunk_tokens']} tokens, overlap {chunking['overlap']}")
+    tokens = sum(c.tokens for c in index.chunks)
+    if index.has_kv:
+        kv, size = manifest["kv"], index.kv_store.nbytes
+        per_token = size / max(tokens, 1)
+        table.add_row(
+            "KV states",
+            f"{kv['dtype']}, {kv['layers']} layers x {kv['kv_heads']} KV heads x {kv['head_dim']}: "
+            f"{size / 1e6:,.1f} MB on disk, {per_token:,.0f} B/token, {size / max(len(index), 1) / 1e3:,.0f} kB/chunk",
+        )
+    else:
+        table.add_row("KV states", "not stored (rebuild with --store-kv for --cache doc/querydoc/docquery)")
+    table.add_row("generation", f"{manifest['generation']} (updated {manifest['updated']})")
+    Console(width=140).print(table)

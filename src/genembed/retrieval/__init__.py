@@ -1,0 +1,51 @@
+"""Retrieval and RAG: chunk sources, build an index (with optional KV states), search it, and answer
+questions with the retrieved passages in context, reusing KV states from the embedding passes.
+
+Names load lazily, so importing this package does not import faiss or safetensors.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "Chunk": "chunking",
+    "Document": "chunking",
+    "SourceError": "chunking",
+    "chunk_documents": "chunking",
+    "read_sources": "chunking",
+    "EmbedConfig": "embed_kv",
+    "encode_with_kv": "embed_kv",
+    "Index": "index",
+    "ChunkRecord": "index",
+    "build_index": "index_build",
+    "add_to_index": "index_build",
+    "IndexLoadError": "errors",
+    "IndexCorruptedError": "errors",
+    "IndexVersionError": "errors",
+    "IndexIncompleteError": "errors",
+    "KVStore": "kv_store",
+    "KVGeometry": "kv_store",
+    "kv_bytes_per_token": "kv_store",
+    "ask": "rag",
+    "retrieve": "rag",
+    "Answer": "rag",
+    "Source": "rag",
+    "MODES": "context",
+    "ExactIndex": "search",
+    "SearchHit": "search",
+    "SearchIndex": "search",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,21 @@
+"""Errors an index on disk can raise; each message says what is wrong and what to do."""
+
+from __future__ import annotations
+
+__all__ = ["IndexCorruptedError", "IndexIncompleteError", "IndexLoadError", "IndexVersionError"]
+
+
+class IndexLoadError(RuntimeError):
+    """Base class: an index folder cannot be used as it is."""
+
+
+class IndexCorruptedError(IndexLoadError):
+    """A file of the index is missing, truncated, or disagrees with the manifest."""
+
+
+class IndexVersionError(IndexLoadError):
+    """The index was written in a format this genembed does not read."""
+
+
+class IndexIncompleteError(IndexLoadError):
+    """The folder holds an interrupted build (no manifest yet); rerunning the build resumes it."""

@@ -1,0 +1,308 @@
+"""An index on disk: a faiss inner-product index over normalized chunk embeddings, the chunks'
+metadata, optionally their KV states, and a manifest that ties them together.
+
+Layout of an index folder::
+
+    manifest.json            format version, model, embedding settings, files, counts, checksums
+    index-<gen>.faiss        faiss IndexFlatIP (exact cosine search over L2-normalized embeddings)
+    chunks-<gen>.jsonl       one line per chunk, row order: id, doc_id, title, text, source, tokens
+    kv/<gen>-<shard>.safetensors   KV states (``--store-kv``), see :mod:`genembed.retrieval.kv_store`
+    .build/                  only while a build or add is running or was interrupted
+
+Every write is atomic and the manifest is written last: it is the commit point. A new generation's
+files are written beside the old ones and the old ones deleted only after the new manifest is in
+place, so a crash at any moment leaves the previous complete index (plus a resumable ``.build/``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._files import atomic_write, atomic_write_json, sha256_file
+from .embed_kv import EmbedConfig
+from .errors import IndexCorruptedError, IndexIncompleteError, IndexVersionError
+from .kv_ops import KV
+from .kv_store import KVStore
+
+__all__ = ["BUILD_DIR", "FORMAT_VERSION", "MANIFEST", "ChunkRecord", "Index"]
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+BUILD_DIR = ".build"
+
+
+@dataclass(frozen=True)
+class ChunkRecord:
+    """One indexed chunk. ``tokens`` is the length of its embedding prompt (= its KV states)."""
+
+    row: int
+    id: str
+    doc_id: str
+    number: int
+    title: str
+    text: str
+    source: str
+    tokens: int
+
+    @property
+    def embed_text(self) -> str:
+        """``title + " " + text`` (what was embedded and what a RAG prompt shows)."""
+        return f"{self.title} {self.text}" if self.title else self.text
+
+
+def _faiss() -> Any:
+    try:
+        import faiss
+    except ImportError as exc:  # pragma: no cover - faiss is in the rag/eval extras
+        raise ImportError("indexes need faiss: pip install 'genembed[rag]' (faiss-cpu)") from exc
+    return faiss
+
+
+class Index:
+    """A loaded index. Build one with :func:`genembed.retrieval.build_index`, open one with :meth:`load`.
+
+    Example:
+        >>> index = Index.load("my-index")
+        >>> scores, ids = index.search(index.encode_queries(model, ["what is RoPE?"]), k=3)
+        >>> index.text(int(ids[0, 0]))
+    """
+
+    def __init__(self, path: Path, manifest: dict[str, Any], chunks: list[ChunkRecord], faiss_index: Any):
+        self.path = Path(path)
+        self.manifest = manifest
+        self.chunks = chunks
+        self.faiss_index = faiss_index
+        kv = manifest.get("kv")
+        self.kv_store = KVStore(self.path, kv["shards"]) if kv else None
+
+    # ---- loading -------------------------------------------------------------------------------
+    @classmethod
+    def load(cls, path: str | Path, *, verify: bool = True) -> Index:
+        """Open an index folder.
+
+        Args:
+            path: the folder written by ``genembed index build``.
+            verify: check the faiss and chunk files against the manifest's SHA-256 checksums.
+
+        Raises:
+            FileNotFoundError: ``path`` does not exist.
+            IndexIncompleteError: a build was interrupted before its first commit (rerun it to resume).
+            IndexVersionError: written by an incompatible genembed.
+            IndexCorruptedError: a file is missing, damaged or disagrees with the manifest.
+        """
+        path = Path(path)
+        if not path.is_dir():
+            raise FileNotFoundError(f"index folder not found: {path}")
+        manifest = read_manifest(path)
+        files = manifest["files"]
+        faiss_path, chunks_path = path / files["faiss"], path / files["chunks"]
+        for file in (faiss_path, chunks_path):
+            if not file.is_file():
+                raise IndexCorruptedError(f"{file} is missing (listed in {path / MANIFEST})")
+            if verify and sha256_file(file) != manifest["sha256"][file.name]:
+                raise IndexCorruptedError(
+                    f"{file} does not match its checksum in {path / MANIFEST}: the file is damaged"
+                )
+        try:
+            faiss_index = _faiss().read_index(str(faiss_path))
+        except RuntimeError as exc:
+            raise IndexCorruptedError(f"{faiss_path} is not a readable faiss index: {exc}") from exc
+        chunks = _read_chunks(chunks_path)
+        n = manifest["n_chunks"]
+        if faiss_index.ntotal != n or len(chunks) != n:
+            raise IndexCorruptedError(
+                f"{path}: manifest says {n} chunks, faiss index has {faiss_index.ntotal}, {chunks_path.name} has "
+                f"{len(chunks)}"
+            )
+        if faiss_index.d != manifest["model"]["dim"]:
+            raise IndexCorruptedError(
+                f"{faiss_path}: dimension {faiss_index.d}, manifest says {manifest['model']['dim']}"
+            )
+        for kv_shard in (manifest.get("kv") or {}).get("shards", []):
+            file = path / kv_shard["file"]
+            if not file.is_file() or file.stat().st_size != kv_shard["bytes"]:
+                raise IndexCorruptedError(
+                    f"KV shard {file} is missing or has the wrong size (manifest: {kv_shard['bytes']} B)"
+                )
+        return cls(path, manifest, chunks, faiss_index)
+
+    # ---- the search protocol -------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    @property
+    def dim(self) -> int:
+        return int(self.manifest["model"]["dim"])
+
+    @property
+    def config(self) -> EmbedConfig:
+        """How chunks were embedded; queries must be embedded the same way (:meth:`encode_queries`)."""
+        return EmbedConfig.from_dict(self.manifest["embed"])
+
+    def search(self, query_embeddings: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` chunks per query by cosine similarity.
+
+        Args:
+            query_embeddings: ``(n, dim)`` (or ``(dim,)``) L2-normalized query embeddings.
+            k: results per query; more than the index holds gives all of them.
+
+        Returns:
+            ``(scores, ids)``, both ``(n, k)``: float32 cosines (best first) and int64 rows; past the
+            end of a small index, ids are -1 and scores -inf (the :class:`~genembed.retrieval.search.SearchIndex`
+            protocol).
+        """
+        queries = np.ascontiguousarray(np.atleast_2d(np.asarray(query_embeddings, dtype=np.float32)))
+        if queries.ndim != 2 or queries.shape[1] != self.dim:
+            raise ValueError(f"query embeddings must have shape (n, {self.dim}), got {np.shape(query_embeddings)}")
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        top = min(k, len(self))
+        scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
+        ids = np.full((len(queries), k), -1, dtype=np.int64)
+        if top:
+            scores[:, :top], ids[:, :top] = self.faiss_index.search(queries, top)
+        return scores, ids
+
+    def text(self, i: int) -> str:
+        """The text of chunk ``i`` as embedded: ``title + " " + text``."""
+        return self.chunks[i].embed_text
+
+    def chunk(self, i: int) -> ChunkRecord:
+        return self.chunks[i]
+
+    # ---- queries, models and KV states ---------------------------------------------------------
+    def encode_queries(self, model: Any, queries: list[str], *, batch_size: int = 16) -> np.ndarray:
+        """Embed queries with the index's settings (method, steps, instruction): ``(n, dim)``."""
+        from .embed_kv import encode_with_kv
+
+        self.check_model(model)
+        texts = list(queries)
+        return encode_with_kv(
+            model.backbone, texts, self.config, kind="query", keep_kv=False, batch_size=batch_size
+        ).embeddings
+
+    def check_model(self, model: Any) -> None:
+        """Raise ValueError unless ``model`` is the one the index was built with."""
+        expected = self.manifest["model"]["name"]
+        if model.name != expected or model.dim != self.dim:
+            raise ValueError(
+                f"index {self.path} was built with model {expected!r} (dim {self.dim}); got {model.name!r} "
+                f"(dim {model.dim}). Load the same model (and adapter) to query it."
+            )
+
+    @property
+    def has_kv(self) -> bool:
+        return self.kv_store is not None
+
+    def kv(self, i: int) -> KV:
+        """Chunk ``i``'s stored ``(keys, values)``, ``(layers, kv_heads, tokens, head_dim)``, memory-mapped."""
+        if self.kv_store is None:
+            raise ValueError(f"index {self.path} stores no KV states: rebuild it with --store-kv for doc caching")
+        keys, values = self.kv_store.get(i)
+        if keys.shape[2] != self.chunks[i].tokens:
+            raise IndexCorruptedError(
+                f"chunk {i}: {keys.shape[2]} stored KV positions, expected {self.chunks[i].tokens}"
+            )
+        return keys, values
+
+    def __repr__(self) -> str:
+        kv = f", kv={self.manifest['kv']['dtype']}" if self.has_kv else ""
+        return f"Index({str(self.path)!r}, chunks={len(self)}, method={self.config.method!r}{kv})"
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """The manifest of the index folder ``path``, validated for format and version."""
+    file = path / MANIFEST
+    if not file.is_file():
+        if (path / BUILD_DIR).is_dir():
+            raise IndexIncompleteError(
+                f"{path} holds an interrupted build: rerun the same `genembed index build` command to resume it"
+            )
+        raise IndexCorruptedError(f"{path} is not a genembed index: it has no {MANIFEST}")
+    try:
+        manifest = json.loads(file.read_text("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise IndexCorruptedError(f"{file} is not valid JSON: {exc}") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != "genembed-index":
+        raise IndexCorruptedError(f"{file} is not a genembed index manifest")
+    version = manifest.get("format_version")
+    if version != FORMAT_VERSION:
+        raise IndexVersionError(
+            f"{path} uses index format version {version}; this genembed reads version {FORMAT_VERSION}. "
+            "Rebuild the index with `genembed index build`."
+        )
+    for key in ("files", "sha256", "model", "embed", "n_chunks"):
+        if key not in manifest:
+            raise IndexCorruptedError(f"{file} lacks the field {key!r}")
+    return manifest
+
+
+def _read_chunks(path: Path) -> list[ChunkRecord]:
+    chunks = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            try:
+                chunks.append(ChunkRecord(**json.loads(line)))
+            except (json.JSONDecodeError, TypeError) as exc:
+                raise IndexCorruptedError(f"{path}:{number}: not a chunk record ({exc})") from exc
+            if chunks[-1].row != number - 1:
+                raise IndexCorruptedError(f"{path}:{number}: row {chunks[-1].row}, expected {number - 1}")
+    return chunks
+
+
+def commit(
+    path: Path,
+    *,
+    base: Index | None,
+    records: list[ChunkRecord],
+    embeddings: np.ndarray,
+    manifest: dict[str, Any],
+    kv_shards: list[dict[str, Any]],
+) -> Index:
+    """Write a new generation holding ``base``'s chunks plus ``records`` and make it current.
+
+    ``manifest`` carries the fields that do not depend on the files (model, embed, chunking, kv
+    geometry); files, counts and checksums are filled in here. The manifest is written last.
+    """
+    faiss = _faiss()
+    generation = (base.manifest["generation"] + 1) if base is not None else 1
+    if base is not None:
+        faiss_index = base.faiss_index
+        old_records = base.chunks
+    else:
+        faiss_index = faiss.IndexFlatIP(manifest["model"]["dim"])
+        old_records = []
+    if len(records):
+        faiss_index.add(np.ascontiguousarray(embeddings, dtype=np.float32))
+    all_records = [*old_records, *records]
+    names = {"faiss": f"index-{generation:05d}.faiss", "chunks": f"chunks-{generation:05d}.jsonl"}
+    atomic_write(path / names["faiss"], lambda tmp: faiss.write_index(faiss_index, str(tmp)))
+    lines = "".join(json.dumps(asdict(r), ensure_ascii=False) + "\n" for r in all_records)
+    atomic_write(path / names["chunks"], lambda tmp: tmp.write_text(lines, "utf-8"))
+    now = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    full = {
+        **manifest,
+        "format": "genembed-index",
+        "format_version": FORMAT_VERSION,
+        "generation": generation,
+        "n_chunks": len(all_records),
+        "files": names,
+        "sha256": {name: sha256_file(path / name) for name in names.values()},
+        "created": base.manifest["created"] if base is not None else now,
+        "updated": now,
+    }
+    if full.get("kv") is not None:
+        full["kv"] = {**full["kv"], "shards": kv_shards}
+    atomic_write_json(path / MANIFEST, full)
+    keep = {*names.values(), *(s["file"] for s in kv_shards)}
+    stale = [*path.glob("index-*.faiss"), *path.glob("chunks-*.jsonl"), *path.glob("kv/*.safetensors")]
+    for old in stale:  # earlier generations, and KV shards of a discarded interrupted build
+        if old.relative_to(path).as_posix() not in keep:
+            old.unlink(missing_ok=True)
+    return Index(path, full, all_records, faiss_index)

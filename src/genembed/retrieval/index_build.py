@@ -1,0 +1,246 @@
+"""Build an index from sources, or add sources to one, resumably.
+
+The new chunks are embedded in shards of ``shard_size`` chunks. After each shard its embeddings go to
+``.build/emb-<shard>.npy`` and its KV states to ``kv/``, and ``.build/state.json`` records it as done
+(all atomic writes). When every shard is done, a new index generation is committed (see
+:mod:`genembed.retrieval.index`) and ``.build/`` removed. Interrupt a build at any point and run the
+same command again: finished shards are skipped. A pending build with different sources or settings
+is never mixed in; the error says how to finish or discard it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._files import atomic_write, atomic_write_json
+from .chunking import Chunk, chunk_documents, read_sources
+from .embed_kv import EmbedConfig, encode_with_kv
+from .index import BUILD_DIR, MANIFEST, ChunkRecord, Index, commit
+from .kv_store import KVGeometry, dtype_name, resolve_kv_dtype, write_kv_shard
+
+__all__ = ["add_to_index", "build_index"]
+
+_STATE = "state.json"
+_TEMPLATE_ROOM = 256  # prompt tokens beyond a chunk's text: title, instruction and chat template
+
+
+def build_index(
+    model: Any,
+    sources: Sequence[str | Path],
+    out: str | Path,
+    *,
+    config: EmbedConfig | None = None,
+    chunk_tokens: int = 256,
+    overlap: int = 32,
+    store_kv: bool = False,
+    kv_dtype: str = "float16",
+    batch_size: int = 16,
+    shard_size: int | None = None,
+    overwrite: bool = False,
+    show_progress_bar: bool = True,
+    model_ref: dict[str, str | None] | None = None,
+) -> Index:
+    """Read, chunk and embed ``sources`` into a new index at ``out`` (resuming an interrupted build).
+
+    Args:
+        model: a :class:`~genembed.GenerativeEmbedder`.
+        sources: JSONL / .txt / .md files or folders (see :mod:`genembed.retrieval.chunking`).
+        out: the index folder to create.
+        config: embedding settings (default: GIRCSE K=5 with the model's tau, prompts up to
+            ``chunk_tokens + 256`` tokens so that titles and the template fit).
+        chunk_tokens: tokens of document text per chunk.
+        overlap: tokens shared by consecutive chunks of a document.
+        store_kv: also store each chunk's KV states from its embedding pass (for doc caching).
+        kv_dtype: ``float32``, ``float16`` or ``bfloat16`` storage for the KV states.
+        batch_size: chunks per forward pass.
+        shard_size: chunks per resumable unit (default 64 with KV states, 1024 without).
+        overwrite: replace an existing index at ``out``.
+        show_progress_bar: show a progress bar.
+        model_ref: how to load the model again (``{"model": ..., "adapter": ...}`` as given to
+            :func:`genembed.load`); stored so ``genembed ask`` can default to it.
+
+    Raises:
+        FileExistsError: ``out`` holds an index (and ``overwrite`` is False) or unrelated files.
+        SourceError: a source cannot be read (the message names file, line and field).
+    """
+    out = Path(out)
+    config = config or EmbedConfig(tau=getattr(model, "tau", 1.0), max_length=chunk_tokens + _TEMPLATE_ROOM)
+    config.options()  # validate before any work
+    _prepare_folder(out, overwrite)
+    chunks = chunk_documents(
+        read_sources(sources), model.backbone.tokenizer, chunk_tokens=chunk_tokens, overlap=overlap
+    )
+    geometry = KVGeometry.of(model.backbone.model.config)
+    manifest = {
+        "model": {"name": model.name, "dim": model.dim, "ref": model_ref or {}},
+        "embed": config.to_dict(),
+        "chunking": {"chunk_tokens": chunk_tokens, "overlap": overlap},
+        "kv": {"dtype": dtype_name(resolve_kv_dtype(kv_dtype)), **vars(geometry)} if store_kv else None,
+        "sources": [str(s) for s in sources],
+    }
+    return _run(model, out, None, chunks, manifest, batch_size, shard_size, show_progress_bar)
+
+
+def add_to_index(
+    model: Any,
+    index_dir: str | Path,
+    sources: Sequence[str | Path],
+    *,
+    batch_size: int = 16,
+    shard_size: int | None = None,
+    show_progress_bar: bool = True,
+) -> Index:
+    """Append the documents of ``sources`` to an existing index (same model, settings and KV storage).
+
+    Raises:
+        ValueError: a document id is already in the index, or ``model`` is not the index's model.
+    """
+    base = Index.load(index_dir)
+    base.check_model(model)
+    chunking = base.manifest["chunking"]
+    docs = read_sources(sources)
+    known = {c.doc_id: c.source for c in base.chunks}
+    for doc in docs:
+        if doc.id in known:
+            raise ValueError(f"{doc.source}: document id {doc.id!r} is already in the index (from {known[doc.id]})")
+    chunks = chunk_documents(docs, model.backbone.tokenizer, **chunking)
+    manifest = {k: v for k, v in base.manifest.items() if k in ("model", "embed", "chunking", "kv")}
+    manifest["sources"] = [*base.manifest.get("sources", []), *(str(s) for s in sources)]
+    return _run(model, base.path, base, chunks, manifest, batch_size, shard_size, show_progress_bar)
+
+
+def _prepare_folder(out: Path, overwrite: bool) -> None:
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise FileExistsError(f"{out} exists and is not a folder")
+    is_index = (out / MANIFEST).is_file()
+    if is_index and not overwrite:
+        raise FileExistsError(f"{out} already holds an index: use `genembed index add` or pass --overwrite")
+    if not is_index and not (out / BUILD_DIR).is_dir() and any(out.iterdir()):
+        raise FileExistsError(f"{out} exists and is not an index folder; choose a new or empty folder")
+    if overwrite:
+        for item in out.iterdir():  # only what an index writes
+            if item.name in (MANIFEST, "kv", BUILD_DIR) or item.name.startswith(("index-", "chunks-")):
+                shutil.rmtree(item) if item.is_dir() else item.unlink()
+
+
+def _run(
+    model: Any,
+    path: Path,
+    base: Index | None,
+    chunks: list[Chunk],
+    manifest: dict[str, Any],
+    batch_size: int,
+    shard_size: int | None,
+    show_progress_bar: bool,
+) -> Index:
+    config = EmbedConfig.from_dict(manifest["embed"])
+    kv_info = manifest.get("kv")
+    shard_size = shard_size or (64 if kv_info else 1024)
+    if shard_size < 1:
+        raise ValueError(f"shard_size must be >= 1, got {shard_size}")
+    first_row = len(base) if base is not None else 0
+    generation = (base.manifest["generation"] + 1) if base is not None else 1
+    texts = [c.embed_text for c in chunks]
+    lengths = [len(ids) for ids in config.prompt_ids(model.backbone.tokenizer, texts, "doc")]
+    records = [
+        ChunkRecord(first_row + j, c.id, c.doc_id, c.number, c.title, c.text, c.source, n)
+        for j, (c, n) in enumerate(zip(chunks, lengths, strict=True))
+    ]
+    fingerprint = _fingerprint(manifest, generation, shard_size, records)
+    build = path / BUILD_DIR
+    state = _load_state(build, fingerprint)
+    n_shards = (len(records) + shard_size - 1) // shard_size
+    kv_dtype = resolve_kv_dtype(kv_info["dtype"]) if kv_info else None
+    from tqdm.auto import tqdm
+
+    done_chunks = sum(min(shard_size, len(records) - j * shard_size) for j in state["done"])
+    with tqdm(
+        total=len(records), initial=done_chunks, desc="index", unit="chunk", disable=not show_progress_bar
+    ) as bar:
+        for j in range(n_shards):
+            if j in state["done"]:
+                continue
+            part = records[j * shard_size : (j + 1) * shard_size]
+            encoded = encode_with_kv(
+                model.backbone,
+                [r.embed_text for r in part],
+                config,
+                kind="doc",
+                keep_kv=kv_info is not None,
+                batch_size=batch_size,
+                kv_dtype=kv_dtype,
+            )
+            if kv_info is not None:
+                name = f"kv/{generation:05d}-{j:05d}.safetensors"
+                size = write_kv_shard(
+                    path / name,
+                    [r.row for r in part],
+                    encoded.kv,  # type: ignore[arg-type]
+                    dtype=kv_dtype,  # type: ignore[arg-type]
+                    metadata={"model": model.name, "format": "genembed-kv"},
+                )
+                state["kv_shards"][str(j)] = {
+                    "file": name,
+                    "start": part[0].row,
+                    "stop": part[-1].row + 1,
+                    "bytes": size,
+                }
+            atomic_write(build / f"emb-{j:05d}.npy", lambda tmp, e=encoded.embeddings: _save_npy(tmp, e))
+            state["done"].append(j)
+            atomic_write_json(build / _STATE, state)
+            bar.update(len(part))
+    embeddings = (
+        np.concatenate([np.load(build / f"emb-{j:05d}.npy") for j in range(n_shards)])
+        if n_shards
+        else np.zeros((0, manifest["model"]["dim"]), dtype=np.float32)
+    )
+    old_shards = (base.manifest.get("kv") or {}).get("shards", []) if base is not None else []
+    new_shards = [state["kv_shards"][str(j)] for j in range(n_shards)] if kv_info else []
+    index = commit(
+        path, base=base, records=records, embeddings=embeddings, manifest=manifest, kv_shards=old_shards + new_shards
+    )
+    shutil.rmtree(build, ignore_errors=True)
+    return index
+
+
+def _save_npy(tmp: Path, array: np.ndarray) -> None:
+    with open(tmp, "wb") as handle:  # np.save on a path would append ".npy" to the temp name
+        np.save(handle, array)
+
+
+def _fingerprint(manifest: dict[str, Any], generation: int, shard_size: int, records: list[ChunkRecord]) -> str:
+    digest = hashlib.sha256()
+    settings = {k: manifest[k] for k in ("model", "embed", "chunking", "kv")}
+    digest.update(json.dumps([settings, generation, shard_size], sort_keys=True).encode())
+    for r in records:
+        digest.update(json.dumps([r.id, r.title, r.text, r.tokens]).encode())
+    return digest.hexdigest()
+
+
+def _load_state(build: Path, fingerprint: str) -> dict[str, Any]:
+    file = build / _STATE
+    if file.is_file():
+        try:
+            state = json.loads(file.read_text("utf-8"))
+        except json.JSONDecodeError:
+            state = None  # a state file is only ever replaced atomically; treat damage as "start over"
+        if state is not None and state.get("fingerprint") != fingerprint:
+            raise FileExistsError(
+                f"{build} holds an interrupted build or add with other sources or settings. Rerun that exact "
+                f"command to finish it, or delete {build} to discard it."
+            )
+        if state is not None:
+            return state
+    build.mkdir(parents=True, exist_ok=True)
+    state = {"fingerprint": fingerprint, "done": [], "kv_shards": {}}
+    atomic_write_json(file, state)
+    return state

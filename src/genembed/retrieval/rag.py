@@ -1,0 +1,270 @@
+"""Answer a question from an index with one model: embed the query, retrieve (and optionally rerank)
+passages, lay out the prompt, reuse KV states from the embedding passes where the caching mode says so,
+and generate.
+
+>>> index = Index.load("my-index")
+>>> answer = ask(model, index, "What does RoPE rotate?", cache="doc", top_k=3)
+>>> print(answer.text); [s.id for s in answer.sources]
+
+See :mod:`genembed.retrieval.context` for the layout and the caching modes.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..generation.adapters import adapter_mode, each_step_in
+from ..generation.chat import eos_token_ids
+from ..generation.decoding import decode_stream
+from ..generation.detokenize import stream_pieces
+from .context import Context, Segment, assemble, fresh_input, mode_layout, tail_ids
+from .embed_kv import EncodedTexts, encode_with_kv
+from .index import Index
+
+__all__ = ["Answer", "Source", "ask", "build_context", "retrieve"]
+
+
+@dataclass(frozen=True)
+class Source:
+    """A retrieved passage: its index row and chunk id, where it came from, and its scores."""
+
+    row: int
+    id: str
+    doc_id: str
+    title: str
+    text: str
+    source: str
+    score: float  # cosine similarity to the query
+    rerank_score: float | None = None  # log P(yes) - log P(no), when reranked
+
+
+@dataclass
+class Answer:
+    """The generated answer and how it was made.
+
+    ``timings`` (seconds since the call started unless noted): ``embed_query``, ``search``, ``rerank``
+    (durations), ``first_token`` (time to first token), ``total``. Token counts: ``prompt_tokens``
+    (the whole context), ``cached_tokens`` (taken from KV states), ``new_tokens`` (generated).
+    """
+
+    question: str
+    text: str
+    sources: list[Source]
+    mode: str
+    order: str
+    timings: dict[str, float] = field(default_factory=dict)
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    new_tokens: int = 0
+
+
+def retrieve(
+    model: Any,
+    index: Index,
+    question: str,
+    *,
+    top_k: int = 3,
+    rerank: bool = False,
+    rerank_candidates: int = 10,
+    keep_query_kv: bool = False,
+    timings: dict[str, float] | None = None,
+) -> tuple[EncodedTexts, list[Source]]:
+    """Embed the question (keeping its KV states if asked) and return it with the top passages.
+
+    With ``rerank``, the best ``max(top_k, rerank_candidates)`` by embedding are reordered by
+    :meth:`~genembed.GenerativeEmbedder.rerank` and the first ``top_k`` kept.
+    """
+    timings = timings if timings is not None else {}
+    index.check_model(model)
+    t0 = time.perf_counter()
+    query = encode_with_kv(model.backbone, [question], index.config, kind="query", keep_kv=keep_query_kv)
+    timings["embed_query"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    n_candidates = max(top_k, rerank_candidates) if rerank else top_k
+    scores, ids = index.search(query.embeddings, n_candidates)
+    hits = [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if int(i) >= 0]
+    timings["search"] = time.perf_counter() - t0
+    rerank_scores: dict[int, float] = {}
+    if rerank and hits:
+        t0 = time.perf_counter()
+        results = model.rerank(question, [index.text(i) for i, _ in hits])
+        rerank_scores = {hits[r.index][0]: float(r.score) for r in results}
+        hits = [hits[r.index] for r in results]
+        timings["rerank"] = time.perf_counter() - t0
+    sources = []
+    for row, score in hits[:top_k]:
+        c = index.chunk(row)
+        sources.append(Source(row, c.id, c.doc_id, c.title, c.text, c.source, score, rerank_scores.get(row)))
+    return query, sources
+
+
+def build_context(
+    model: Any,
+    index: Index,
+    query: EncodedTexts,
+    sources: list[Source],
+    *,
+    mode: str = "none",
+    order: str | None = None,
+) -> Context:
+    """Lay out ``[query] [passages] [tail]`` (or passages first) and take the mode's segments from caches.
+
+    ``query`` must come from :func:`retrieve` with ``keep_query_kv=True`` for the query-caching modes.
+
+    Raises:
+        ValueError: the mode needs KV states the index or query does not have, or the model runs
+            generation with other weights than embedding (an embedding-only adapter).
+    """
+    order, query_cached, docs_cached = mode_layout(mode, order)
+    if (
+        (query_cached or docs_cached)
+        and getattr(model, "adapter", None)
+        and not getattr(model, "generation_adapter", True)
+    ):
+        raise ValueError(
+            "KV reuse needs the same weights for embedding and generation, but this model generates without its "
+            "adapter (generation_adapter=False). Set model.generation_adapter = True (a GRIT jointly trained "
+            "adapter) or use cache mode 'none'."
+        )
+    if query_cached and query.kv is None:
+        raise ValueError(f"cache mode {mode!r} needs the query's KV states: retrieve with keep_query_kv=True")
+    q_seg = Segment("query", query.ids[0], query.kv[0] if query_cached else None)  # type: ignore[index]
+    texts = [index.text(s.row) for s in sources]
+    ids = index.config.prompt_ids(model.backbone.tokenizer, texts, "doc")
+    d_segs = [Segment(s.id, i, index.kv(s.row) if docs_cached else None) for s, i in zip(sources, ids, strict=True)]
+    segments = [q_seg, *d_segs] if order == "query_first" else [*d_segs, q_seg]
+    context = assemble(model.backbone.model, segments, tail_ids(model.backbone.tokenizer))
+    limit = getattr(model.backbone.model.config, "max_position_embeddings", None)
+    if limit is not None and context.total_tokens >= limit:
+        raise ValueError(f"the RAG prompt has {context.total_tokens} tokens; the model's context holds {limit}")
+    return context
+
+
+def ask(
+    model: Any,
+    index: Index,
+    question: str,
+    *,
+    cache: str = "none",
+    order: str | None = None,
+    top_k: int = 3,
+    rerank: bool = False,
+    rerank_candidates: int = 10,
+    max_new_tokens: int = 128,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+    on_text: Callable[[str], None] | None = None,
+) -> Answer:
+    """Retrieve passages for ``question`` and generate an answer with them in context.
+
+    Args:
+        model: the :class:`~genembed.GenerativeEmbedder` the index was built with.
+        index: an :class:`~genembed.retrieval.index.Index` (with KV states for the doc-caching modes).
+        question: the question.
+        cache: ``none``, ``query``, ``doc``, ``querydoc`` or ``docquery`` (see :mod:`~genembed.retrieval.context`).
+        order: for ``cache="none"`` only: ``doc_first`` (default) or ``query_first``.
+        top_k: passages put in the prompt (more than one works in every mode).
+        rerank: rerank ``rerank_candidates`` retrieved passages generatively before keeping ``top_k``.
+        rerank_candidates: passages retrieved for reranking.
+        max_new_tokens: the most answer tokens.
+        temperature: 0 for greedy decoding.
+        top_p: nucleus sampling threshold.
+        seed: seeds sampling for reproducible answers.
+        on_text: called with each piece of answer text as it is generated (streaming).
+
+    Returns:
+        The :class:`Answer` with its sources, timings and token counts.
+    """
+    if not isinstance(question, str) or not question.strip():
+        raise ValueError("question must be a non-empty string")
+    if top_k < 1:
+        raise ValueError(f"top_k must be >= 1, got {top_k}")
+    mode_order, query_cached, _ = mode_layout(cache, order)
+    start = time.perf_counter()
+    timings: dict[str, float] = {}
+    query, sources = retrieve(
+        model,
+        index,
+        question,
+        top_k=top_k,
+        rerank=rerank,
+        rerank_candidates=rerank_candidates,
+        keep_query_kv=query_cached,
+        timings=timings,
+    )
+    context = build_context(model, index, query, sources, mode=cache, order=order)
+    pieces, stats = [], {}
+    for piece in generate_from_context(
+        model, context, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed, stats=stats
+    ):
+        pieces.append(piece)
+        if on_text is not None:
+            on_text(piece)
+    timings["total"] = time.perf_counter() - start
+    if "first_token_at" in stats:
+        timings["first_token"] = stats["first_token_at"] - start
+    return Answer(
+        question,
+        "".join(pieces).strip(),
+        sources,
+        cache,
+        mode_order,
+        timings,
+        prompt_tokens=context.total_tokens,
+        cached_tokens=context.cached_tokens,
+        new_tokens=stats.get("new_tokens", 0),
+    )
+
+
+def generate_from_context(
+    model: Any,
+    context: Context,
+    *,
+    max_new_tokens: int = 128,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+    stats: dict[str, float] | None = None,
+) -> Iterator[str]:
+    """Text pieces of the answer, decoded after ``context`` (its cache is extended in place).
+
+    ``stats``, if given, receives ``new_tokens`` (the count so far) and ``first_token_at`` (the
+    ``time.perf_counter()`` at which the first token was produced).
+    """
+    backbone = model.backbone
+    device = next(backbone.model.parameters()).device
+    input_ids, mask, positions = fresh_input(context, device)
+    generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
+    tokens = decode_stream(
+        backbone.model,
+        input_ids,
+        cache=context.cache,
+        attention_mask=mask,
+        position_ids=positions,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        eos_token_ids=eos_token_ids(backbone),
+        generator=generator,
+    )
+    use_adapter = getattr(model, "generation_adapter", True)
+    tokens = each_step_in(functools.partial(adapter_mode, backbone.model, use_adapter), tokens)
+    if stats is not None:
+        tokens = _counted(tokens, stats)
+    return stream_pieces(backbone.tokenizer, tokens, [])
+
+
+def _counted(tokens: Iterator[int], stats: dict[str, float]) -> Iterator[int]:
+    stats["new_tokens"] = 0
+    for token in tokens:
+        if not stats["new_tokens"]:
+            stats["first_token_at"] = time.perf_counter()
+        stats["new_tokens"] += 1
+        yield token

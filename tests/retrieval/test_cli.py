@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from genembed.cli.app import app
+from genembed.retrieval.index import Index
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def model_dir(tmp_path, tiny):
+    folder = tmp_path / "tiny-model"
+    tiny.model.save_pretrained(folder)
+    tiny.tokenizer.save_pretrained(folder)
+    return folder
+
+
+def _build(model_dir, sources, out, *extra):
+    args = ["index", "build", *map(str, sources), "--out", str(out), "--model", str(model_dir)]
+    return runner.invoke(app, [*args, "--chunk-tokens", "12", "--overlap", "3", "--method", "mean", *extra])
+
+
+def test_build_add_info_and_ask(model_dir, docs_file, more_file, tmp_path):
+    out = tmp_path / "idx"
+    result = _build(model_dir, [docs_file], out, "--store-kv", "--kv-dtype", "bf16")
+    assert result.exit_code == 0, result.output
+    assert "bfloat16, 2 layers x 2 KV heads x 8" in result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["model"]["ref"]["model"] == str(model_dir.resolve())
+    n_chunks = manifest["n_chunks"]
+
+    result = runner.invoke(app, ["index", "add", str(out), str(more_file)])  # the model comes from the manifest
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "manifest.json").read_text())["n_chunks"] > n_chunks
+
+    result = runner.invoke(app, ["index", "info", str(out)])
+    assert result.exit_code == 0 and "mean, causal attention" in result.output
+
+    result = runner.invoke(app, ["ask", str(out), "capital of France?", "--cache", "doc", "--top-k", "2"])
+    assert result.exit_code == 0, result.output
+    assert "sources" in result.output and "cache=doc (doc_first)" in result.output
+    listed = re.findall(r"│ [12] │ (\w+#\d+) ", result.output)  # the sources' chunk ids
+    assert len(listed) == 2 and set(listed) <= {c.id for c in Index.load(out).chunks}
+
+
+def test_cli_errors_are_clean(model_dir, docs_file, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": 1, "text": "ok"}\n{"id": 2}\n')
+    result = _build(model_dir, [bad], tmp_path / "idx")
+    assert result.exit_code == 2 and "bad.jsonl:2: missing field 'text'" in result.output
+
+    assert _build(model_dir, [docs_file], tmp_path / "plain").exit_code == 0
+    result = runner.invoke(app, ["ask", str(tmp_path / "plain"), "q?", "--cache", "querydoc"])
+    assert result.exit_code == 2 and "needs stored KV states: rebuild" in result.output
+
+    result = runner.invoke(app, ["ask", str(tmp_path), "q?"])
+    assert result.exit_code == 2 and "not a genembed index" in result.output
+    result = runner.invoke(app, ["ask", str(tmp_path / "plain"), "q?", "--cache", "everything"])
+    assert result.exit_code == 2 and "cache mode must be one of" in result.output
+    result = _build(model_dir, [docs_file], tmp_path / "x", "--overlap", "12")
+    assert result.exit_code == 2 and "--overlap (12) must be smaller" in result.output
+    assert "Traceback" not in result.output
