@@ -1,0 +1,101 @@
+"""``genembed serve``: one model over HTTP for embeddings (OpenAI), chat (OpenAI) and reranking (Cohere/Jina)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ._common import AdapterOpt, DtypeOpt, ModelOpt, load_model
+
+_LIMITS = "Limits and batching"
+
+
+def serve(
+    model: ModelOpt = None,
+    adapter: AdapterOpt = None,
+    dtype: DtypeOpt = "float32",
+    host: Annotated[str, typer.Option("--host", help="address to bind; loopback unless you mean to expose it")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option("--port", "-p", min=0, max=65535)] = 8000,
+    api_key: Annotated[
+        str | None,
+        typer.Option("--api-key", envvar="GENEMBED_API_KEY", help="require 'Authorization: Bearer KEY' on /v1/*"),
+    ] = None,
+    model_id: Annotated[str | None, typer.Option("--model-id", help="model name in responses")] = None,
+    method: Annotated[str, typer.Option("--method", help="embedding method: gircse, mean, last or grit")] = "gircse",
+    steps: Annotated[int, typer.Option("--steps", "-k", min=1, help="default GIRCSE soft tokens K")] = 5,
+    max_steps: Annotated[
+        int, typer.Option(min=1, help="highest steps a request may ask for", rich_help_panel=_LIMITS)
+    ] = 20,
+    max_inputs: Annotated[
+        int, typer.Option(min=1, help="texts per embeddings request / documents per rerank", rich_help_panel=_LIMITS)
+    ] = 256,
+    max_input_tokens: Annotated[
+        int, typer.Option(min=1, help="tokens per prompt (text + instruction + template)", rich_help_panel=_LIMITS)
+    ] = 512,
+    max_request_tokens: Annotated[
+        int, typer.Option(min=1, help="prompt tokens per request", rich_help_panel=_LIMITS)
+    ] = 32768,
+    max_batch_tokens: Annotated[
+        int, typer.Option(min=1, help="micro-batch token budget", rich_help_panel=_LIMITS)
+    ] = 8192,
+    max_batch_requests: Annotated[
+        int, typer.Option(min=1, help="requests per micro-batch (1 = no batching)", rich_help_panel=_LIMITS)
+    ] = 64,
+    max_queue: Annotated[
+        int, typer.Option(min=1, help="waiting requests before answering 429", rich_help_panel=_LIMITS)
+    ] = 256,
+    max_new_tokens: Annotated[int, typer.Option(min=1, help="chat: highest max_tokens", rich_help_panel=_LIMITS)] = 512,
+    max_prompt_tokens: Annotated[
+        int, typer.Option(min=1, help="chat: tokens of the formatted conversation", rich_help_panel=_LIMITS)
+    ] = 2048,
+    graceful_timeout: Annotated[
+        float, typer.Option(min=0, help="seconds to finish accepted requests on shutdown")
+    ] = 30.0,
+    threads: Annotated[
+        int | None, typer.Option("--threads", min=1, help="torch CPU threads (default: torch's, one per core)")
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
+) -> None:
+    """Serve one model: POST /v1/embeddings, /v1/chat/completions, /v1/rerank; a demo page at /."""
+    from genembed.serve import ServeSettings, create_app, run_server
+    from genembed.serve.server import is_loopback
+
+    try:
+        settings = ServeSettings(
+            model_id=model_id,
+            api_key=api_key,
+            method=method,
+            default_steps=steps,
+            max_steps=max_steps,
+            max_inputs=max_inputs,
+            max_input_tokens=max_input_tokens,
+            max_request_tokens=max_request_tokens,
+            max_batch_tokens=max_batch_tokens,
+            max_batch_requests=max_batch_requests,
+            max_queue=max_queue,
+            max_new_tokens=max_new_tokens,
+            default_max_new_tokens=min(256, max_new_tokens),
+            max_prompt_tokens=max_prompt_tokens,
+        )
+    except ValueError as exc:
+        typer.secho(f"error: {exc}", fg="red", err=True)
+        raise typer.Exit(2) from exc
+    if not is_loopback(host) and api_key is None:
+        typer.secho(
+            f"warning: serving on {host} without --api-key: anyone who can reach this address can use the model",
+            fg="yellow",
+            err=True,
+        )
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+    loaded = load_model(model, adapter, dtype)
+    shown = f"[{host}]" if ":" in host else host
+    typer.echo(f"serving {settings.model_id or loaded.name} on http://{shown}:{port} (page at /, API docs at /docs)")
+    run_server(
+        create_app(loaded, settings), host=host, port=port, graceful_timeout=graceful_timeout, log_level=log_level
+    )

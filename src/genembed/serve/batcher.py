@@ -1,0 +1,164 @@
+"""Micro-batching of concurrent embedding requests, as text-embeddings-inference does.
+
+Requests wait in one FIFO queue. Whenever the model thread is free, the batcher takes the oldest
+request and adds the next waiting requests that can share its forward passes (same instruction and
+steps) while their tokens fit the batch budget, runs them as one ``encode`` call, and hands each
+request its own rows. Nothing waits on a timer: requests that arrive while a batch runs form the
+next batch, so batches grow with load and a lone request is served at once.
+
+A full queue refuses new requests (:class:`~genembed.serve.worker.QueueFullError`, HTTP 429);
+:meth:`EmbeddingBatcher.close` refuses new ones and finishes every accepted one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .worker import QueueFullError
+
+__all__ = ["BatcherClosedError", "EmbeddingBatcher"]
+
+logger = logging.getLogger(__name__)
+
+EncodeFn = Callable[[Hashable, list[str]], np.ndarray]
+RunFn = Callable[..., Awaitable[np.ndarray]]
+
+
+class BatcherClosedError(Exception):
+    """The server is shutting down and takes no new requests (HTTP 503)."""
+
+
+@dataclass(eq=False)
+class _Job:
+    texts: list[str]
+    key: Hashable  # jobs with equal keys can share forward passes
+    cost: int  # tokens this job adds to a batch
+    future: asyncio.Future = field(repr=False)
+
+
+class EmbeddingBatcher:
+    """Queue embedding requests and run them in token-budgeted micro-batches.
+
+    Args:
+        encode: ``encode(key, texts) -> (len(texts), dim)`` array; runs on the model thread.
+        run: awaitable runner that executes ``encode`` on the model thread (``ModelWorker.run``).
+        max_batch_tokens: a batch takes more requests only while their summed cost fits.
+            A request costlier than the budget still runs, alone.
+        max_batch_requests: requests per batch at most; 1 disables micro-batching.
+        max_queue: waiting requests at most; more are refused with ``QueueFullError``.
+    """
+
+    def __init__(self, encode: EncodeFn, run: RunFn, *, max_batch_tokens: int, max_batch_requests: int, max_queue: int):
+        self._encode = encode
+        self._run = run
+        self.max_batch_tokens = max_batch_tokens
+        self.max_batch_requests = max_batch_requests
+        self.max_queue = max_queue
+        self._queue: deque[_Job] = deque()
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self.closing = False
+        self.running = 0  # requests in the batch on the model thread now
+        self.batches = 0  # batches run
+        self.batched_requests = 0  # requests served
+        self.largest_batch = 0  # most requests in one batch so far
+
+    @property
+    def queued(self) -> int:
+        """Requests waiting for a batch (not counting the batch running now)."""
+        return len(self._queue)
+
+    def start(self) -> None:
+        """Start the batching loop on the running event loop."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._loop(), name="genembed-batcher")
+
+    async def submit(self, texts: list[str], *, key: Hashable, cost: int) -> np.ndarray:
+        """Queue texts and wait for their embeddings, ``(len(texts), dim)``, in order.
+
+        Raises:
+            QueueFullError: ``max_queue`` requests are already waiting.
+            BatcherClosedError: the batcher is shutting down.
+        """
+        if self.closing:
+            raise BatcherClosedError("the server is shutting down")
+        if len(self._queue) >= self.max_queue:
+            raise QueueFullError(f"{len(self._queue)} embedding requests are already waiting")
+        job = _Job(texts, key, cost, asyncio.get_running_loop().create_future())
+        self._queue.append(job)
+        self._wakeup.set()
+        return await job.future
+
+    async def close(self) -> None:
+        """Refuse new requests, finish every accepted one, then stop the loop."""
+        self.closing = True
+        self._wakeup.set()
+        if self._task is not None:
+            await self._task
+
+    def _next_batch(self) -> list[_Job]:
+        while self._queue and self._queue[0].future.done():  # abandoned by its client
+            self._queue.popleft()
+        if not self._queue:
+            return []
+        head = self._queue.popleft()
+        batch, tokens, rest = [head], head.cost, deque()
+        full = False
+        while self._queue:
+            job = self._queue.popleft()
+            if job.future.done():
+                continue
+            if not full and job.key == head.key:
+                if len(batch) < self.max_batch_requests and tokens + job.cost <= self.max_batch_tokens:
+                    batch.append(job)
+                    tokens += job.cost
+                    continue
+                full = True  # keep FIFO order: later requests do not jump over one that did not fit
+            rest.append(job)
+        self._queue = rest
+        return batch
+
+    async def _loop(self) -> None:
+        while True:
+            if not self._queue:
+                if self.closing:
+                    return
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            batch = self._next_batch()
+            if batch:
+                self.running = len(batch)
+                try:
+                    await self._run_batch(batch)
+                finally:
+                    self.running = 0
+
+    async def _run_batch(self, batch: list[_Job]) -> None:
+        texts = [text for job in batch for text in job.texts]
+        try:
+            vectors = await self._run(self._encode, batch[0].key, texts)
+        except Exception as exc:
+            if len(batch) > 1:  # one bad request must not fail its batch mates: retry each alone
+                logger.warning("batch of %d requests failed (%s); retrying them one by one", len(batch), exc)
+                for job in batch:
+                    await self._run_batch([job])
+                return
+            if not batch[0].future.done():
+                batch[0].future.set_exception(exc)
+            return
+        self.batches += 1
+        self.batched_requests += len(batch)
+        self.largest_batch = max(self.largest_batch, len(batch))
+        start = 0
+        for job in batch:
+            rows = vectors[start : start + len(job.texts)]
+            start += len(job.texts)
+            if not job.future.done():
+                job.future.set_result(rows)

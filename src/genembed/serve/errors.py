@@ -1,0 +1,108 @@
+"""Errors in the OpenAI shape ``{"error": {"message", "type", "param", "code"}}``, for every status.
+
+OpenAI clients read ``error.message`` from any non-2xx body, so every failure, including FastAPI's
+own validation errors, unknown routes and unexpected exceptions, is answered in this shape.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+__all__ = ["APIError", "error_body", "install_error_handlers"]
+
+logger = logging.getLogger(__name__)
+
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    503: "server_error",
+}
+
+
+class APIError(Exception):
+    """An error answered with ``status`` and an OpenAI-shaped body.
+
+    Args:
+        status: HTTP status code.
+        message: what went wrong and how to fix it.
+        param: the request field at fault, dotted (``"input.3"``), if any.
+        code: a short machine-readable code, e.g. ``"too_many_tokens"``.
+    """
+
+    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+
+
+def error_body(status: int, message: str, *, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+    """The JSON body of an error response (also sent as an SSE event when a stream fails)."""
+    kind = _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def _response(status: int, message: str, *, param: str | None = None, code: str | None = None, headers=None):
+    return JSONResponse(error_body(status, message, param=param, code=code), status_code=status, headers=headers)
+
+
+_SKIP = {"body", "query", "path", "header"}
+_UNION_TAGS = {"str", "int", "float", "bool", "list", "dict", "none", "json-or-python", "is-instance"}
+
+
+def _location(loc: tuple[Any, ...]) -> str:
+    # pydantic tags the branches of a union ("list[...]", "function-after[...]", "str"): not field names
+    parts = [
+        str(p)
+        for p in loc
+        if p not in _SKIP and not (isinstance(p, str) and ("[" in p or p in _UNION_TAGS or p[:1].isupper()))
+    ]
+    return ".".join(parts) if parts else "body"
+
+
+def _validation_message(errors: list[dict[str, Any]]) -> str:
+    shown = list(dict.fromkeys(f"{_location(tuple(e.get('loc', ())))}: {e.get('msg', 'invalid')}" for e in errors))
+    more = f" (and {len(shown) - 5} more)" if len(shown) > 5 else ""
+    return "invalid request: " + "; ".join(shown[:5]) + more
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Answer :class:`APIError`, validation errors, HTTP errors and crashes in the OpenAI shape."""
+
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        if exc.status == 429:
+            headers = {"Retry-After": "1"}
+        return _response(exc.status, exc.message, param=exc.param, code=exc.code, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = list(exc.errors())
+        # the deepest location names the field best (a union reports each branch at its own depth)
+        param = max((_location(tuple(e.get("loc", ()))) for e in errors), key=lambda p: p.count("."), default=None)
+        return _response(422, _validation_message(errors), param=param, code="invalid_request")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        if exc.status_code == 404:
+            message = f"no route {request.method} {request.url.path}; see /docs for the API"
+        return _response(exc.status_code, message, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _crash(request: Request, exc: Exception) -> JSONResponse:
+        logger.exception("unhandled error on %s %s", request.method, request.url.path)
+        return _response(500, f"internal error: {type(exc).__name__}: {exc}", code="internal_error")

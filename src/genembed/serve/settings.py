@@ -1,0 +1,63 @@
+"""Server settings: limits, batching and authentication, with defaults that suit a laptop CPU."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["ServeSettings"]
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """What the HTTP server allows and how it batches.
+
+    Requests over a ``max_*`` limit get HTTP 413 (``max_steps`` and ``dimensions`` over the model's
+    width get 422: they are bad values, not too much work).
+    """
+
+    model_id: str | None = None  # name in responses and /v1/models (default: the loaded model's name)
+    api_key: str | None = None  # when set, /v1/* needs "Authorization: Bearer <key>"
+    method: str = "gircse"  # embedding method: gircse, mean, last or grit
+    default_steps: int = 5  # GIRCSE soft tokens K when a request does not say
+    max_steps: int = 20  # highest `steps` a request may ask for
+    max_inputs: int = 256  # texts per embeddings request, documents per rerank request
+    max_input_tokens: int = 512  # tokens per prompt (text + instruction + template); longer -> 413
+    max_request_tokens: int = 32768  # prompt tokens per request, all inputs together
+    max_batch_tokens: int = 8192  # micro-batch budget: requests join a batch while their tokens fit
+    max_batch_requests: int = 64  # requests per micro-batch; 1 turns micro-batching off
+    encode_batch_size: int = 32  # texts per forward pass inside a micro-batch
+    max_queue: int = 256  # waiting embedding requests (and, separately, chat/rerank requests) before 429
+    max_new_tokens: int = 512  # chat: highest max_tokens a request may ask for
+    default_max_new_tokens: int = 256  # chat: max_tokens when a request does not say
+    max_prompt_tokens: int = 2048  # chat: tokens of the formatted conversation
+
+    def __post_init__(self) -> None:
+        for name in (
+            "default_steps",
+            "max_steps",
+            "max_inputs",
+            "max_input_tokens",
+            "max_request_tokens",
+            "max_batch_tokens",
+            "max_batch_requests",
+            "encode_batch_size",
+            "max_queue",
+            "max_new_tokens",
+            "default_max_new_tokens",
+            "max_prompt_tokens",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"ServeSettings.{name} must be a positive int, got {value!r}")
+        if self.default_steps > self.max_steps:
+            raise ValueError(f"default_steps ({self.default_steps}) exceeds max_steps ({self.max_steps})")
+        if self.default_max_new_tokens > self.max_new_tokens:
+            raise ValueError(
+                f"default_max_new_tokens ({self.default_max_new_tokens}) exceeds max_new_tokens ({self.max_new_tokens})"
+            )
+        if self.api_key is not None and not self.api_key.strip():
+            raise ValueError("api_key must not be empty (use None for no key)")
+        from ..encoders.embedder import METHODS
+
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")

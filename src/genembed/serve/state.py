@@ -1,0 +1,135 @@
+"""What every route shares: the model, its worker thread, the embedding batcher and a token counter."""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+import numpy as np
+from fastapi import Request
+
+from ..encoders.prompts import encode_prompts
+from .batcher import EmbeddingBatcher
+from .errors import APIError
+from .settings import ServeSettings
+from .worker import ModelWorker
+
+__all__ = ["ServingState", "get_state"]
+
+
+class ServingState:
+    """The serving side of one loaded model.
+
+    Args:
+        model: a :class:`~genembed.GenerativeEmbedder` (``genembed.load()``).
+        settings: limits and batching.
+    """
+
+    def __init__(self, model: Any, settings: ServeSettings):
+        self.model = model
+        self.settings = settings
+        self.model_id = settings.model_id or model.name
+        self.created = int(time.time())
+        self.worker = ModelWorker(max_active=settings.max_queue)
+        self.batcher: EmbeddingBatcher | None = None
+        # The model thread tokenizes with the model's tokenizer; a fast tokenizer must not be used by
+        # two threads at once, so the event loop counts tokens with its own copy.
+        self.tokenizer = copy.deepcopy(model.backbone.tokenizer)
+
+    def start(self) -> None:
+        """Start the batcher (needs the running event loop)."""
+        s = self.settings
+        self.batcher = EmbeddingBatcher(
+            self._encode,
+            self.worker.run,
+            max_batch_tokens=s.max_batch_tokens,
+            max_batch_requests=s.max_batch_requests,
+            max_queue=s.max_queue,
+        )
+        self.batcher.start()
+
+    async def close(self) -> None:
+        """Finish accepted requests, then stop the model thread."""
+        if self.batcher is not None:
+            await self.batcher.close()
+        self.worker.shutdown()
+
+    def _encode(self, key: tuple[str, int], texts: list[str]) -> np.ndarray:
+        instruction, steps = key
+        s = self.settings
+        return self.model.encode(
+            texts,
+            instruction=instruction,
+            steps=max(steps, 1),
+            method=s.method,
+            batch_size=s.encode_batch_size,
+            max_length=s.max_input_tokens,
+            show_progress_bar=False,
+        )
+
+    def count_tokens(self, texts: list[str]) -> list[int]:
+        """Tokens per text (no special tokens), with the model's tokenizer."""
+        if not texts:
+            return []
+        return [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+    def chat_prompt_tokens(self, messages: list[dict[str, str]]) -> int:
+        """Tokens of a conversation exactly as generation formats it (chat template + generation prompt)."""
+        from ..generation.chat import chat_prompt_ids
+
+        try:
+            return len(chat_prompt_ids(self.tokenizer, messages))
+        except (TypeError, ValueError) as exc:
+            raise APIError(422, f"cannot format the conversation: {exc}", param="messages") from exc
+
+    def embedding_prompt_lengths(self, texts: list[str], instruction: str) -> tuple[list[int], list[int]]:
+        """``(prompt tokens, text tokens)`` per text, exactly as the encoder will build the prompts."""
+        from ..encoders.embedder import EncodeOptions
+
+        fmt = EncodeOptions.build(method=self.settings.method).prompt_format
+        prompts = encode_prompts(self.tokenizer, texts, instruction=instruction, prompt_format=fmt, max_length=1 << 30)
+        return [len(p.ids) for p in prompts], [p.text_end - p.text_start for p in prompts]
+
+    def check_steps(self, steps: int | None, field: str = "steps") -> int:
+        """The request's steps, or the default; 422 above ``max_steps``."""
+        if steps is None:
+            return self.settings.default_steps
+        if steps > self.settings.max_steps:
+            raise APIError(
+                422, f"{field}={steps} exceeds this server's max_steps={self.settings.max_steps}", param=field
+            )
+        return steps
+
+    def check_sizes(self, lengths: list[int], *, field: str, what: str) -> None:
+        """413 when there are too many items, one is too long, or all together are too many tokens."""
+        s = self.settings
+        if len(lengths) > s.max_inputs:
+            raise APIError(
+                413,
+                f"{len(lengths)} {what} in one request; this server takes at most {s.max_inputs} (max_inputs)",
+                param=field,
+                code="too_many_inputs",
+            )
+        for i, n in enumerate(lengths):
+            if n > s.max_input_tokens:
+                raise APIError(
+                    413,
+                    f"{field}[{i}] is {n} tokens long (with instruction and prompt template); this server takes "
+                    f"at most {s.max_input_tokens} per input (max_input_tokens)",
+                    param=f"{field}.{i}",
+                    code="too_many_tokens",
+                )
+        if sum(lengths) > s.max_request_tokens:
+            raise APIError(
+                413,
+                f"the request has {sum(lengths)} tokens in all; this server takes at most {s.max_request_tokens} "
+                "per request (max_request_tokens)",
+                param=field,
+                code="too_many_tokens",
+            )
+
+
+def get_state(request: Request) -> ServingState:
+    """FastAPI dependency: the :class:`ServingState` of the app serving this request."""
+    return request.app.state.genembed

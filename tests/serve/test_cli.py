@@ -1,0 +1,81 @@
+"""``genembed serve`` as users run it: a subprocess on a loopback port, stopped with SIGTERM."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from genembed.cli.app import app
+
+runner = CliRunner()
+
+
+def test_bad_limits_are_a_clean_error():
+    result = runner.invoke(app, ["serve", "--steps", "30", "--max-steps", "20"])
+    assert result.exit_code == 2
+    assert "default_steps (30) exceeds max_steps (20)" in result.output
+
+
+def test_warns_when_exposed_without_a_key(tmp_path):
+    result = runner.invoke(app, ["serve", "--host", "0.0.0.0", "--model", str(tmp_path / "missing")])
+    assert "warning: serving on 0.0.0.0 without --api-key" in result.output
+    assert result.exit_code == 2 and "does not exist" in result.output  # then the missing model stops it
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.integration
+def test_serve_subprocess_answers_and_stops_on_sigterm(tmp_path, tiny, tiny_model):
+    folder = tmp_path / "tiny-model"
+    tiny.model.save_pretrained(folder)
+    tiny.tokenizer.save_pretrained(folder)
+    port = _free_port()
+    script = Path(sys.executable).with_name("genembed")
+    command = [str(script)] if script.exists() else [sys.executable, "-c", "from genembed.cli.app import main; main()"]
+    command += ["serve", "--model", str(folder), "--port", str(port), "--api-key", "k", "--max-inputs", "2"]
+    log = tmp_path / "server.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([*command, "--log-level", "info"], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        url, headers = f"http://127.0.0.1:{port}", {"Authorization": "Bearer k"}
+        deadline = time.monotonic() + 90
+        while True:
+            assert proc.poll() is None, log.read_text()
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "server did not come up:\n" + log.read_text()
+            time.sleep(0.2)
+        texts = ["hello there", "The quick brown fox"]
+        body = httpx.post(url + "/v1/embeddings", json={"input": texts}, headers=headers, timeout=60).json()
+        got = np.array([d["embedding"] for d in body["data"]])
+        np.testing.assert_allclose(got, tiny_model.encode(texts), atol=1e-5)
+        assert body["model"] == "tiny-model"
+        too_many = httpx.post(url + "/v1/embeddings", json={"input": ["a", "b", "c"]}, headers=headers)
+        assert too_many.status_code == 413
+        assert httpx.post(url + "/v1/embeddings", json={"input": "a"}).status_code == 401
+        proc.send_signal(signal.SIGTERM)
+        # uvicorn shuts down gracefully, then re-raises the signal so the exit status reports it
+        assert proc.wait(timeout=60) in (0, -signal.SIGTERM)
+        output = log.read_text()
+        assert f"serving tiny-model on http://127.0.0.1:{port}" in output
+        assert "Shutting down" in output and "Finished server process" in output
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
