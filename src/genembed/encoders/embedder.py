@@ -23,6 +23,7 @@ import torch
 
 from ..backbone.attention import check_attention, run_decoder
 from .batching import collate, length_sorted_batches
+from .fast_decoder import FastDecoder
 from .pooling import last_token_pool, masked_mean
 from .prompts import PROMPT_FORMATS, encode_prompts
 from .soft_tokens import generate_soft_tokens
@@ -47,6 +48,7 @@ class EncodeOptions:
     max_length: int = 512
     batch_size: int = 32
     use_cache: bool = True
+    fast_path: bool = True  # the CPU inference fast path where it applies (genembed.encoders.fast_decoder)
 
     @classmethod
     def build(
@@ -62,6 +64,7 @@ class EncodeOptions:
         max_length: int = 512,
         batch_size: int = 32,
         use_cache: bool = True,
+        fast_path: bool = True,
     ) -> EncodeOptions:
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -85,7 +88,19 @@ class EncodeOptions:
             raise ValueError(f"max_length and batch_size must be >= 1, got {max_length} and {batch_size}")
         if tau <= 0:
             raise ValueError(f"tau must be > 0, got {tau}")
-        return cls(method, steps, adaptive, stop_tol, attention, prompt_format, tau, max_length, batch_size, use_cache)
+        return cls(
+            method,
+            steps,
+            adaptive,
+            stop_tol,
+            attention,
+            prompt_format,
+            tau,
+            max_length,
+            batch_size,
+            use_cache,
+            fast_path,
+        )
 
 
 def validate_texts(texts: Any) -> tuple[list[str], bool]:
@@ -132,12 +147,13 @@ def encode_texts(
     used: list[int] = [steps] * len(texts)
     if show_progress_bar is None:
         show_progress_bar = len(batches) > 8
+    fast = FastDecoder.build(model) if options.fast_path and options.use_cache else None
     from tqdm.auto import tqdm
 
     with tqdm(total=len(texts), desc=f"encode ({options.method})", disable=not show_progress_bar, unit="text") as bar:
         for indices in batches:
             batch = collate([prompts[i] for i in indices], tokenizer.pad_token_id).to(device)
-            vectors, steps_used = _encode_batch(model, batch, options, return_all_steps)
+            vectors, steps_used = _encode_batch(model, batch, options, return_all_steps, fast)
             for row, i in enumerate(indices):
                 results[i] = vectors[row].float().cpu()
                 if steps_used is not None:
@@ -148,19 +164,31 @@ def encode_texts(
 
 
 def _encode_batch(
-    model: Any, batch: Any, options: EncodeOptions, return_all_steps: bool
+    model: Any, batch: Any, options: EncodeOptions, return_all_steps: bool, fast: FastDecoder | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    causal = options.attention == "causal"
+    stop_tol = options.stop_tol if options.adaptive else None
     if options.method == "gircse":
-        out = generate_soft_tokens(
-            model,
-            batch.input_ids,
-            batch.attention_mask,
-            steps=options.steps,
-            tau=options.tau,
-            attention=options.attention,
-            use_cache=options.use_cache,
-            stop_tol=options.stop_tol if options.adaptive else None,
-        )
+        if fast is not None:
+            out = fast.soft_tokens(
+                batch.input_ids,
+                batch.attention_mask,
+                steps=options.steps,
+                tau=options.tau,
+                causal=causal,
+                stop_tol=stop_tol,
+            )
+        else:
+            out = generate_soft_tokens(
+                model,
+                batch.input_ids,
+                batch.attention_mask,
+                steps=options.steps,
+                tau=options.tau,
+                attention=options.attention,
+                use_cache=options.use_cache,
+                stop_tol=stop_tol,
+            )
         counts = torch.arange(1, out.hidden.shape[1] + 1, device=out.hidden.device, dtype=out.hidden.dtype)
         z = out.hidden.cumsum(dim=1) / counts[None, :, None]  # (B, K, D): z_k = mean(h_1..h_k)
         if return_all_steps:
@@ -168,10 +196,17 @@ def _encode_batch(
         if options.adaptive:
             return z[torch.arange(z.shape[0]), out.steps_used - 1], out.steps_used
         return z[:, -1], None
-    hidden = run_decoder(
-        model, input_ids=batch.input_ids, attention_mask=batch.attention_mask, attention=options.attention
-    ).last_hidden_state
-    pooled = last_token_pool(hidden) if options.method == "last" else masked_mean(hidden, batch.text_mask)
+    if fast is not None:
+        hidden, lengths, text_mask = fast.hidden_states(
+            batch.input_ids, batch.attention_mask, batch.text_mask, causal=causal
+        )
+        last = hidden[torch.arange(hidden.shape[0]), lengths - 1]
+    else:
+        hidden = run_decoder(
+            model, input_ids=batch.input_ids, attention_mask=batch.attention_mask, attention=options.attention
+        ).last_hidden_state
+        text_mask, last = batch.text_mask, last_token_pool(hidden)
+    pooled = last if options.method == "last" else masked_mean(hidden, text_mask)
     return (pooled[:, None] if return_all_steps else pooled), None
 
 

@@ -21,6 +21,7 @@ Reference: GIRCSE, "Generative Iterative Refinement for Contrastive Sentence Emb
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,19 +29,21 @@ import torch
 
 from ..backbone.attention import run_decoder
 
-__all__ = ["SoftTokenOutput", "generate_soft_tokens", "output_head"]
+__all__ = ["SoftTokenOutput", "generate_soft_tokens", "output_head", "soft_token_loop"]
 
 
 @dataclass
 class SoftTokenOutput:
     """``hidden``: ``(B, K, D)`` hidden states h_1..h_K of the generated soft tokens.
     ``steps_used``: ``(B,)`` steps each row needed (K unless adaptive stopping ended it early).
-    ``top_ids`` / ``top_probs``: ``(B, K, top)`` most probable vocabulary entries of each p_k, if asked."""
+    ``top_ids`` / ``top_probs``: ``(B, K, top)`` most probable vocabulary entries of each p_k, if asked.
+    ``cache``: the cached path's KV cache (prompt then soft tokens), e.g. for reusing the prompt's states."""
 
     hidden: torch.Tensor
     steps_used: torch.Tensor
     top_ids: torch.Tensor | None = None
     top_probs: torch.Tensor | None = None
+    cache: Any = None
 
 
 def output_head(model: Any) -> tuple[Any, torch.Tensor]:
@@ -87,29 +90,16 @@ def generate_soft_tokens(
         raise ValueError(f"tau must be > 0, got {tau}")
     head, embed = output_head(model)
     prompt_embeds = embed[input_ids]  # (B, T, D)
-    batch = input_ids.shape[0]
-    n_real = attention_mask.sum(dim=1, keepdim=True)  # (B, 1)
-    ones = attention_mask.new_ones((batch, 1))
-    tops: list[tuple[torch.Tensor, torch.Tensor]] = []
-    hidden: list[torch.Tensor] = []
-    done = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
-    steps_used = torch.full((batch,), steps, dtype=torch.long, device=input_ids.device)
-    running = None  # (B, D) sum of h_1..h_k
-
     if use_cache:
         out = run_decoder(
             model, inputs_embeds=prompt_embeds, attention_mask=attention_mask, attention=attention, use_cache=True
         )
-        cache, h_prev, mask = out.cache, out.last_hidden_state[:, -1], attention_mask
-    else:
-        soft: list[torch.Tensor] = []
-        h_prev = _recompute_last(model, prompt_embeds, attention_mask, soft, attention)
-    for k in range(1, steps + 1):
-        probs, d_k = _soft_embedding(head, embed, h_prev, tau)
-        if top:
-            values, ids = probs.topk(top, dim=-1)
-            tops.append((ids, values))
-        if use_cache:
+        cache, mask = out.cache, attention_mask
+        n_real = attention_mask.sum(dim=1, keepdim=True)  # (B, 1)
+        ones = attention_mask.new_ones((input_ids.shape[0], 1))
+
+        def step(d_k: torch.Tensor, k: int) -> torch.Tensor:
+            nonlocal mask
             mask = torch.cat([mask, ones], dim=1)
             out = run_decoder(
                 model,
@@ -119,10 +109,48 @@ def generate_soft_tokens(
                 position_ids=n_real + (k - 1),
                 cache=cache,
             )
-            h_k = out.last_hidden_state[:, -1]
-        else:
+            return out.last_hidden_state[:, -1]
+
+        h_0 = out.last_hidden_state[:, -1]
+    else:
+        cache, soft = None, []
+
+        def step(d_k: torch.Tensor, k: int) -> torch.Tensor:
             soft.append(d_k)
-            h_k = _recompute_last(model, prompt_embeds, attention_mask, soft, attention)
+            return _recompute_last(model, prompt_embeds, attention_mask, soft, attention)
+
+        h_0 = _recompute_last(model, prompt_embeds, attention_mask, soft, attention)
+    result = soft_token_loop(h_0, step, lambda h: _soft_embedding(head, embed, h, tau), steps, stop_tol, top)
+    result.cache = cache
+    return result
+
+
+def soft_token_loop(
+    h_0: torch.Tensor,
+    step: Callable[[torch.Tensor, int], torch.Tensor],
+    soft_embedding: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+    steps: int,
+    stop_tol: float | None = None,
+    top: int = 0,
+) -> SoftTokenOutput:
+    """The K GIRCSE steps over any decoder: ``p_k, d_k = soft_embedding(h_{k-1})``, ``h_k = step(d_k, k)``.
+
+    Shared by the transformers path above and the inference fast path
+    (:mod:`genembed.encoders.fast_decoder`); ``stop_tol`` and ``top`` as in :func:`generate_soft_tokens`.
+    """
+    batch = h_0.shape[0]
+    tops: list[tuple[torch.Tensor, torch.Tensor]] = []
+    hidden: list[torch.Tensor] = []
+    done = torch.zeros(batch, dtype=torch.bool, device=h_0.device)
+    steps_used = torch.full((batch,), steps, dtype=torch.long, device=h_0.device)
+    running = None  # (B, D) sum of h_1..h_k
+    h_prev = h_0
+    for k in range(1, steps + 1):
+        probs, d_k = soft_embedding(h_prev)
+        if top:
+            values, ids = probs.topk(top, dim=-1)
+            tops.append((ids, values))
+        h_k = step(d_k, k)
         pooled_h = h_k
         if stop_tol is not None and running is not None:
             # rows that already stopped contribute their frozen mean, so z_k stays z_{stop}

@@ -1,0 +1,100 @@
+"""``genembed encode INPUT.jsonl --out DIR``: embed a corpus of any size into ``.npy`` shards with ids.
+
+Streams the input, resumes after an interruption (rerun the same command), shows progress with an ETA,
+and runs data-parallel when launched with several processes, e.g.
+``accelerate launch --num_processes 4 -m genembed.cli.app encode corpus.jsonl --out emb/``
+or ``torchrun --nproc-per-node 4 -m genembed.cli.app encode ...``: each rank encodes every 4th shard.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ._common import AdapterOpt, DtypeOpt, ModelOpt, load_model
+
+
+def _fail(message: str) -> None:
+    typer.secho(f"error: {message}", fg="red", err=True)
+    raise typer.Exit(2)
+
+
+def encode(
+    input_path: Annotated[Path, typer.Argument(metavar="INPUT.jsonl", help="JSON lines: {id, text[, title]}")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="output folder for shards (rerun to resume)")],
+    model: ModelOpt = None,
+    adapter: AdapterOpt = None,
+    dtype: DtypeOpt = "float32",
+    method: Annotated[str, typer.Option("--method", help="gircse, mean, last or grit")] = "gircse",
+    steps: Annotated[int, typer.Option("--steps", "-k", min=1, help="GIRCSE soft tokens K")] = 5,
+    instruction: Annotated[str, typer.Option("--instruction", help="instruction for every text")] = "",
+    attention: Annotated[str | None, typer.Option("--attention", help="causal or bidirectional")] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="texts per forward pass")] = 32,
+    max_length: Annotated[int, typer.Option("--max-length", min=1, help="tokens per text (cut from the end)")] = 512,
+    shard_size: Annotated[int, typer.Option("--shard-size", min=1, help="records per output shard")] = 4096,
+    text_field: Annotated[str, typer.Option("--text-field", help="field holding the text")] = "text",
+    id_field: Annotated[str, typer.Option("--id-field", help="field holding the id (else the record number)")] = "id",
+    title_field: Annotated[
+        str, typer.Option("--title-field", help="field prepended to the text when non-empty ('' for none)")
+    ] = "title",
+    normalize: Annotated[bool, typer.Option("--normalize/--no-normalize", help="L2-normalize")] = True,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="delete existing shards instead of resuming")] = False,
+    device: Annotated[
+        str | None, typer.Option("--device", help="e.g. cpu or cuda:0 (default: cuda:LOCAL_RANK if available)")
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
+) -> None:
+    """Embed every record of INPUT.jsonl into OUT/shard-*.npy (+ ids); see docs/performance.md."""
+    from genembed.encoders import EncodeOptions
+    from genembed.encoders.corpus import encode_corpus
+
+    if not input_path.is_file():
+        _fail(f"input file not found: {input_path}")
+    try:  # check the settings before loading the model
+        options = EncodeOptions.build(
+            method=method, steps=steps, attention=attention, max_length=max_length, batch_size=batch_size
+        )
+    except ValueError as exc:
+        _fail(str(exc))
+    loaded = load_model(model, adapter, dtype)
+    device = device or _default_device()
+    if device != "cpu":
+        loaded.backbone.model.to(device)
+    options = EncodeOptions.build(
+        method=method, steps=steps, attention=attention, max_length=max_length, batch_size=batch_size, tau=loaded.tau
+    )
+    try:
+        result = encode_corpus(
+            loaded.backbone,
+            input_path,
+            out,
+            options,
+            instruction=instruction,
+            normalize=normalize,
+            shard_size=shard_size,
+            text_field=text_field,
+            id_field=id_field,
+            title_field=title_field or None,
+            model_name=loaded.name,
+            overwrite=overwrite,
+            show_progress_bar=not quiet,
+        )
+    except ValueError as exc:
+        _fail(str(exc))
+    if result.rank == 0 and not quiet:
+        typer.echo(
+            f"{result.records} records in {result.shards} shards at {result.out_dir} "
+            f"(this rank: {len(result.encoded_shards)} encoded, {len(result.skipped_shards)} already there; "
+            f"{result.world_size} process{'es' if result.world_size > 1 else ''})"
+        )
+
+
+def _default_device() -> str:
+    import torch
+
+    if torch.cuda.is_available():
+        return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    return "cpu"

@@ -1,0 +1,360 @@
+"""Encode a JSON-lines corpus of any size into embedding shards: streaming, resumable, data-parallel.
+
+The input is read line by line and never held whole: records are grouped into shards of ``shard_size``
+records (shard ``s`` holds records ``[s * shard_size, (s + 1) * shard_size)``) and each shard is encoded and
+written before the next one is parsed. The output folder holds::
+
+    config.json             the settings the shards were made with (a rerun with other settings is refused)
+    shard-000000.npy        (n, dim) float32 embeddings of shard 0's records, in input order
+    shard-000000.ids.json   their ids (the record's id field, else its 0-based record number)
+    ...
+    manifest.json           written once every shard exists: record count, dim and the shard list
+
+Every file is written to a temporary name and renamed, a shard's ids before its embeddings, so a shard
+whose ``.npy`` exists is complete. A rerun after an interruption skips the shards already written.
+
+Data parallel: under ``torchrun`` or ``accelerate launch`` (``RANK``/``WORLD_SIZE`` set) rank ``r`` of ``W``
+encodes the shards ``s`` with ``s % W == r``; rank 0 writes the manifest after all ranks finish.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .embedder import EncodeOptions, encode_texts
+
+__all__ = ["CorpusResult", "count_records", "encode_corpus", "load_corpus_embeddings", "read_records"]
+
+_CONFIG, _MANIFEST = "config.json", "manifest.json"
+
+
+@dataclass
+class CorpusResult:
+    """What one call did: this rank's shards encoded now and skipped (already on disk), and the totals."""
+
+    out_dir: Path
+    records: int
+    shards: int
+    encoded_shards: list[int]
+    skipped_shards: list[int]
+    rank: int
+    world_size: int
+
+
+def count_records(path: str | os.PathLike) -> int:
+    """Non-blank lines of a JSON-lines file, counted without parsing them."""
+    with open(path, "rb") as f:
+        return sum(1 for line in f if line.strip())
+
+
+def read_records(
+    path: str | os.PathLike,
+    *,
+    text_field: str = "text",
+    id_field: str = "id",
+    title_field: str | None = "title",
+    wanted: Any = None,
+) -> Iterator[tuple[int, Any, str] | None]:
+    """Stream ``(record number, id, text)`` from a JSON-lines file, one per non-blank line.
+
+    A line is a JSON object with a string ``text_field`` (a non-empty ``title_field`` is prepended with a
+    space, as retrieval corpora expect) or a bare JSON string. The id is ``id_field`` if present, else the
+    record number. ``wanted(record_number)`` False yields None instead, without parsing the line.
+
+    Raises:
+        ValueError: a malformed line; the message names the file, line number and field.
+    """
+    record = 0
+    with open(path, encoding="utf-8") as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            if wanted is not None and not wanted(record):
+                yield None
+            else:
+                yield (record, *_parse(line, f"{path}:{line_no}", record, text_field, id_field, title_field))
+            record += 1
+
+
+def _parse(line: str, where: str, record: int, text_field: str, id_field: str, title_field: str | None):
+    try:
+        item = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where}: not valid JSON ({exc.msg})") from exc
+    if isinstance(item, str):
+        return record, item
+    if not isinstance(item, dict):
+        raise ValueError(f"{where}: expected a JSON object or string, got {type(item).__name__}")
+    if text_field not in item:
+        raise ValueError(f"{where}: missing field {text_field!r} (fields: {sorted(item)})")
+    text = item[text_field]
+    if not isinstance(text, str):
+        raise ValueError(f"{where}: field {text_field!r} must be a string, got {type(text).__name__}")
+    title = item.get(title_field) if title_field else None
+    if title is not None and not isinstance(title, str):
+        raise ValueError(f"{where}: field {title_field!r} must be a string, got {type(title).__name__}")
+    if title:
+        text = f"{title} {text}"
+    doc_id = item.get(id_field, record)
+    if not isinstance(doc_id, str | int):
+        raise ValueError(f"{where}: field {id_field!r} must be a string or integer, got {type(doc_id).__name__}")
+    return doc_id, text
+
+
+def _distributed() -> tuple[int, int, bool]:
+    """``(rank, world size, whether we created the process group)``: joins the group that torchrun /
+    accelerate launch describe in the environment (gloo on CPU), or ``(0, 1, False)`` without one."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size(), False
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        return 0, 1, False
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return dist.get_rank(), dist.get_world_size(), True
+
+
+def _barrier(world: int) -> None:
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+def _write_atomic(path: Path, write: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _write_json(path: Path, value: Any) -> None:
+    _write_atomic(path, lambda f: f.write(json.dumps(value, indent=1).encode()))
+
+
+def _shard_paths(out_dir: Path, shard: int) -> tuple[Path, Path]:
+    return out_dir / f"shard-{shard:06d}.npy", out_dir / f"shard-{shard:06d}.ids.json"
+
+
+def _prepare_folder(out_dir: Path, config: dict, overwrite: bool, rank: int, world: int) -> None:
+    """Refuse a folder made with other settings (every rank checks, so all fail alike), then rank 0
+    clears it when overwriting and records the settings."""
+    path = out_dir / _CONFIG
+    if path.is_file() and not overwrite:
+        old = json.loads(path.read_text())
+        changed = sorted(k for k in set(old) | set(config) if old.get(k) != config.get(k))
+        if changed:
+            raise ValueError(
+                f"{out_dir} holds embeddings made with other settings ({', '.join(changed)} differ); "
+                "use another --out folder, or --overwrite to start again"
+            )
+    _barrier(world)
+    if rank == 0:
+        if overwrite:
+            for old_file in [*out_dir.glob("shard-*"), out_dir / _MANIFEST]:
+                old_file.unlink(missing_ok=True)
+        _write_json(path, config)
+    _barrier(world)
+
+
+def encode_corpus(
+    backbone: Any,
+    input_path: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    options: EncodeOptions,
+    *,
+    instruction: str = "",
+    normalize: bool = True,
+    shard_size: int = 4096,
+    text_field: str = "text",
+    id_field: str = "id",
+    title_field: str | None = "title",
+    model_name: str | None = None,
+    overwrite: bool = False,
+    show_progress_bar: bool = True,
+) -> CorpusResult:
+    """Encode every record of ``input_path`` into shards in ``out_dir`` (see the module docstring).
+
+    Args:
+        backbone: a loaded :class:`~genembed.backbone.loading.Backbone` (``genembed.load().backbone``).
+        input_path: a JSON-lines file (see :func:`read_records` for the record format).
+        out_dir: the output folder (created if needed).
+        options: how to encode (:meth:`EncodeOptions.build`).
+        instruction: the instruction for every record ("" for none, as documents usually are).
+        normalize: L2-normalize the embeddings.
+        shard_size: records per shard; also the granularity of resuming and of data parallelism.
+        text_field, id_field, title_field: record fields (``title_field`` None to ignore titles).
+        model_name: recorded in ``config.json`` so a rerun with another model is refused.
+        overwrite: delete existing shards instead of resuming.
+        show_progress_bar: a progress bar with an ETA (rank 0 only when data-parallel).
+
+    Returns:
+        A :class:`CorpusResult`.
+
+    Raises:
+        ValueError: a malformed record (file, line and field named), or an output folder made with
+            other settings.
+    """
+    if shard_size < 1:
+        raise ValueError(f"shard_size must be >= 1, got {shard_size}")
+    input_path, out_dir = Path(input_path), Path(out_dir)
+    if not input_path.is_file():
+        raise FileNotFoundError(f"input file not found: {input_path}")
+    rank, world, owned_group = _distributed()
+    try:
+        return _encode_shards(
+            backbone,
+            input_path,
+            out_dir,
+            options,
+            rank=rank,
+            world=world,
+            instruction=instruction,
+            normalize=normalize,
+            shard_size=shard_size,
+            fields=(text_field, id_field, title_field),
+            model_name=model_name or backbone.name,
+            overwrite=overwrite,
+            show_progress_bar=show_progress_bar,
+        )
+    finally:
+        if owned_group:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+
+
+def _encode_shards(
+    backbone: Any,
+    input_path: Path,
+    out_dir: Path,
+    options: EncodeOptions,
+    *,
+    rank: int,
+    world: int,
+    instruction: str,
+    normalize: bool,
+    shard_size: int,
+    fields: tuple[str, str, str | None],
+    model_name: str,
+    overwrite: bool,
+    show_progress_bar: bool,
+) -> CorpusResult:
+    text_field, id_field, title_field = fields
+    out_dir.mkdir(parents=True, exist_ok=True)
+    total = count_records(input_path)
+    n_shards = -(-total // shard_size)
+    config = {
+        "model": model_name,
+        **{k: v for k, v in asdict(options).items() if k not in ("batch_size", "fast_path")},
+        "instruction": instruction,
+        "normalize": normalize,
+        "shard_size": shard_size,
+        "fields": list(fields),
+        "input_records": total,
+        "input_bytes": input_path.stat().st_size,
+    }
+    _prepare_folder(out_dir, config, overwrite, rank, world)
+
+    mine = [s for s in range(n_shards) if s % world == rank]
+    done = {s for s in mine if _shard_paths(out_dir, s)[0].is_file()}
+    todo = [s for s in mine if s not in done]
+    rows = {s: min(shard_size, total - s * shard_size) for s in mine}
+    result = CorpusResult(out_dir, total, n_shards, [], sorted(done), rank, world)
+    from tqdm.auto import tqdm
+
+    bar = tqdm(
+        total=sum(rows.values()),
+        initial=sum(rows[s] for s in done),
+        desc=f"encode {input_path.name}" + (f" (rank {rank}/{world})" if world > 1 else ""),
+        unit="doc",
+        disable=not show_progress_bar or rank != 0,
+        smoothing=0.1,
+    )
+    todo_set = set(todo)
+    records = read_records(
+        input_path,
+        text_field=text_field,
+        id_field=id_field,
+        title_field=title_field,
+        wanted=lambda r: r // shard_size in todo_set,
+    )
+    with bar:
+        for shard in todo:
+            ids, texts = _take_shard(records, shard, shard_size)
+            embeddings, _ = encode_texts(backbone, texts, options, instruction=instruction, show_progress_bar=False)
+            if normalize and embeddings.numel():
+                embeddings = torch.nn.functional.normalize(embeddings, dim=-1)
+            npy, ids_path = _shard_paths(out_dir, shard)
+            _write_atomic(ids_path, lambda f, ids=ids: f.write(json.dumps(ids).encode()))
+            _write_atomic(npy, lambda f, e=embeddings: np.save(f, e.numpy().astype(np.float32)))
+            result.encoded_shards.append(shard)
+            bar.update(len(texts))
+    _barrier(world)
+    if rank == 0:
+        _write_manifest(out_dir, total, n_shards)
+    return result
+
+
+def _take_shard(records: Iterator, shard: int, shard_size: int) -> tuple[list, list[str]]:
+    """Advance the record stream to ``shard`` and collect its ``(ids, texts)``."""
+    ids, texts = [], []
+    first = shard * shard_size
+    for item in records:
+        if item is None:
+            continue
+        number, doc_id, text = item
+        if number < first:
+            continue
+        ids.append(doc_id)
+        texts.append(text)
+        if number == first + shard_size - 1:
+            break
+    return ids, texts
+
+
+def _write_manifest(out_dir: Path, total: int, n_shards: int) -> None:
+    shards, dim = [], None
+    for s in range(n_shards):
+        npy, ids_path = _shard_paths(out_dir, s)
+        if not npy.is_file():
+            raise RuntimeError(f"shard {npy.name} is missing after encoding; rerun to resume")
+        array = np.load(npy, mmap_mode="r")
+        dim = int(array.shape[1])
+        shards.append({"embeddings": npy.name, "ids": ids_path.name, "rows": int(array.shape[0])})
+    if sum(s["rows"] for s in shards) != total:
+        raise RuntimeError(f"the shards in {out_dir} hold {sum(s['rows'] for s in shards)} rows, expected {total}")
+    _write_json(out_dir / _MANIFEST, {"records": total, "dim": dim, "shards": shards})
+
+
+def load_corpus_embeddings(out_dir: str | os.PathLike) -> tuple[list, np.ndarray]:
+    """All ids and the ``(n, dim)`` embeddings of a finished output folder, in input order.
+
+    Raises:
+        FileNotFoundError: the folder has no manifest (encoding has not finished).
+    """
+    out_dir = Path(out_dir)
+    manifest_path = out_dir / _MANIFEST
+    if not manifest_path.is_file():
+        raise FileNotFoundError(f"{out_dir} has no {_MANIFEST}: encoding has not finished (rerun to resume)")
+    manifest = json.loads(manifest_path.read_text())
+    ids: list = []
+    arrays = []
+    for shard in manifest["shards"]:
+        ids.extend(json.loads((out_dir / shard["ids"]).read_text()))
+        arrays.append(np.load(out_dir / shard["embeddings"]))
+    if not arrays:
+        return ids, np.zeros((0, manifest["dim"] or 0), dtype=np.float32)
+    return ids, np.concatenate(arrays)

@@ -1,0 +1,330 @@
+"""Inference fast path: a lean forward of Llama-family decoders on CPU, with oneDNN linears and fused ops.
+
+Why it is faster than calling the transformers model (measured in ``benchmarks/encode_throughput.py``,
+explained in ``docs/performance.md``):
+
+- fp32 ``nn.Linear`` on CPU runs through MKL, which on AMD CPUs uses its AVX2 kernels; oneDNN's AVX-512
+  kernels do the same GEMMs about 2.2x faster on these cores. Every projection here is a oneDNN call.
+- SiLU, the gate-times-up product and both residual adds are fused into the GEMMs as oneDNN post-ops,
+  and RMSNorm is one fused kernel: several memory-bound passes per layer fewer.
+- Batches are right-padded, so prefill attention is the causal flash kernel with no mask at all (it also
+  skips the masked half of the score matrix); only single-token soft-token steps take a small key mask.
+- GIRCSE steps write one slot of a preallocated KV cache in place: no cache concatenation and no 4D mask
+  construction per step, and one ``(B, 1, D)`` pass through the layers.
+- For GIRCSE, only the prompt's last position is carried through the last layer's MLP (the other
+  positions' final hidden states are never used; their keys and values are).
+
+It is used only for inference (no gradients), on CPU, for float32 or bfloat16 weights of a supported
+architecture (Llama, Mistral and Qwen2 without sliding windows); :meth:`FastDecoder.build` returns None
+otherwise and callers use the transformers path (:func:`~genembed.backbone.attention.run_decoder`,
+:func:`~genembed.encoders.soft_tokens.generate_soft_tokens`), which stays the reference: tests check that
+both give the same hidden states. Projections that are not plain ``nn.Linear`` (e.g. peft LoRA layers) are
+called as modules, so adapters keep working, just without the fusions. Set ``GENEMBED_FAST_PATH=0`` to
+switch the fast path off.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ..backbone.attention import decoder_stack
+from .soft_tokens import SoftTokenOutput, output_head, soft_token_loop
+
+__all__ = ["FastDecoder", "KVCache", "right_pad"]
+
+_ARCHITECTURES = ("llama", "mistral", "qwen2")
+_LAYER_PARTS = (
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.o_proj",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
+    "input_layernorm",
+    "post_attention_layernorm",
+)
+
+
+def _unsupported_reason(model: Any) -> str | None:
+    """Why the fast path cannot run this model, or None when it can."""
+    if os.environ.get("GENEMBED_FAST_PATH", "1") == "0":
+        return "GENEMBED_FAST_PATH=0"
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config = getattr(base, "config", None)
+    if config is None or getattr(config, "model_type", None) not in _ARCHITECTURES:
+        return f"architecture {getattr(config, 'model_type', None)!r} is not one of {_ARCHITECTURES}"
+    if getattr(config, "hidden_act", "silu") != "silu":
+        return f"activation {config.hidden_act!r} is not silu"
+    if getattr(config, "sliding_window", None) is not None and getattr(config, "use_sliding_window", True):
+        return "sliding-window attention"
+    if any(kind != "full_attention" for kind in getattr(config, "layer_types", None) or ()):
+        return "layers with non-full attention"
+    weight = next(base.parameters())
+    if weight.device.type != "cpu":
+        return f"device {weight.device} is not the CPU"
+    if weight.dtype not in (torch.float32, torch.bfloat16):
+        return f"dtype {weight.dtype} is not float32 or bfloat16"
+    stack = decoder_stack(model)
+    for part in ("embed_tokens", "rotary_emb", "norm", "layers"):
+        if not hasattr(stack, part):
+            return f"the decoder stack has no {part}"
+    for layer in stack.layers:
+        for part in _LAYER_PARTS:
+            if _get(layer, part) is None:
+                return f"a decoder layer has no {part}"
+    return None
+
+
+def _get(module: Any, dotted: str) -> Any:
+    for name in dotted.split("."):
+        module = getattr(module, name, None)
+    return module
+
+
+def _onednn_available() -> bool:
+    """oneDNN's fused linear op exists (x86 builds of torch with mkldnn)."""
+    return (
+        torch.backends.mkldnn.is_available()
+        and platform.machine().lower() in ("x86_64", "amd64")
+        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    )
+
+
+_ONEDNN = _onednn_available()
+
+
+def _plain(module: Any) -> bool:
+    return _ONEDNN and type(module) is torch.nn.Linear
+
+
+def _linear(module: Any, x: torch.Tensor, post: str = "none") -> torch.Tensor:
+    """``module(x)``, with an optional fused ``"swish"`` (SiLU) post-op; oneDNN for plain ``nn.Linear``."""
+    if _plain(module):
+        return torch.ops.mkldnn._linear_pointwise(x, module.weight, module.bias, post, [], "")
+    y = module(x)
+    return F.silu(y) if post == "swish" else y
+
+
+def _linear_then(module: Any, x: torch.Tensor, other: torch.Tensor, op: str) -> torch.Tensor:
+    """``module(x) + other`` (``op="add"``) or ``module(x) * other`` (``"mul"``), fused for plain linears."""
+    if _plain(module):
+        return torch.ops.mkldnn._linear_pointwise.binary(x, other, module.weight, module.bias, op)
+    y = module(x)
+    return y + other if op == "add" else y * other
+
+
+def _rms_norm(norm: Any, h: torch.Tensor) -> torch.Tensor:
+    """Llama RMSNorm: normalized in float32, cast back, then scaled (as transformers does)."""
+    if h.dtype == torch.float32:
+        return F.rms_norm(h, (h.shape[-1],), norm.weight, norm.variance_epsilon)
+    return norm.weight * F.rms_norm(h.float(), (h.shape[-1],), None, norm.variance_epsilon).to(h.dtype)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding ``x * cos + rotate_half(x) * sin``; ``x`` ``(B, heads, T, hd)``, cos/sin ``(B, 1, T, hd)``."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+def right_pad(input_ids: torch.Tensor, attention_mask: torch.Tensor, *rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Move left padding to the right: ``(input_ids, lengths, *rows)``, each ``(B, T)`` tensor rolled alike."""
+    width = input_ids.shape[1]
+    lengths = attention_mask.sum(dim=1)
+    index = (torch.arange(width, device=input_ids.device)[None] + (width - lengths)[:, None]) % width
+    return input_ids.gather(1, index), lengths, *(r.gather(1, index) for r in rows)
+
+
+@dataclass
+class KVCache:
+    """Preallocated keys and values, per layer ``(B, kv_heads, T + steps, hd)``; slots ``[0, T)`` hold the
+    (right-padded) prompt, slot ``T + k - 1`` the k-th soft token. ``key_mask`` ``(B, 1, 1, T + steps)``
+    marks the slots a soft token may attend to (the prompt's real tokens and every soft token)."""
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    key_mask: torch.Tensor
+    lengths: torch.Tensor
+    prompt_width: int
+    filled: int = 0
+
+
+class FastDecoder:
+    """Inference-only forward of a supported decoder; build it with :meth:`build`.
+
+    Inputs are right-padded: row ``b`` holds ``lengths[b]`` real tokens at positions ``0..lengths[b]-1``,
+    the same positions the transformers path gives a left-padded row.
+    """
+
+    def __init__(self, model: Any):
+        self.model = model
+        self.stack = decoder_stack(model)
+        config = self.stack.config
+        self.heads = config.num_attention_heads
+        self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.scale = self.stack.layers[0].self_attn.scaling
+
+    @classmethod
+    def build(cls, model: Any) -> FastDecoder | None:
+        """A fast decoder for ``model``, or None when the fast path does not apply (see the module docstring).
+
+        Also None when gradients are enabled: the fast path is for inference only.
+        """
+        if torch.is_grad_enabled():
+            return None
+        return None if _unsupported_reason(model) else cls(model)
+
+    @property
+    def embed(self) -> torch.Tensor:
+        return self.stack.embed_tokens.weight
+
+    def _rotary(self, like: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        cos, sin = self.stack.rotary_emb(like, positions)  # (B or 1, T, hd)
+        return cos[:, None], sin[:, None]
+
+    def _heads(self, proj: Any, x: torch.Tensor, heads: int | None = None) -> torch.Tensor:
+        """A q/k/v projection of ``x`` ``(B, T, D)`` split into heads: ``(B, heads, T, hd)``."""
+        batch, width = x.shape[:2]
+        return _linear(proj, x).view(batch, width, heads or self.heads, self.head_dim).transpose(1, 2)
+
+    def _finish_layer(self, layer: Any, attended: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """o_proj + residual, then the MLP block + residual; ``attended`` ``(B, heads, T, hd)``."""
+        batch, _, width, _ = attended.shape
+        attended = attended.transpose(1, 2).reshape(batch, width, self.heads * self.head_dim)
+        h = _linear_then(layer.self_attn.o_proj, attended, residual, "add")
+        x = _rms_norm(layer.post_attention_layernorm, h)
+        mlp = layer.mlp
+        gated = _linear_then(mlp.up_proj, x, _linear(mlp.gate_proj, x, "swish"), "mul")
+        return _linear_then(mlp.down_proj, gated, h, "add")
+
+    def prefill(
+        self,
+        input_ids: torch.Tensor,
+        lengths: torch.Tensor,
+        *,
+        causal: bool = True,
+        cache_steps: int | None = None,
+    ) -> tuple[torch.Tensor, KVCache | None]:
+        """Run right-padded prompts through the stack.
+
+        Args:
+            input_ids: ``(B, T)`` right-padded token ids.
+            lengths: ``(B,)`` real tokens per row (>= 1).
+            causal: causal attention, else bidirectional among each row's real tokens.
+            cache_steps: None for a plain forward returning every position's final hidden state ``(B, T, D)``.
+                An int K keeps a KV cache with room for K soft tokens and returns only each row's last real
+                position ``(B, D)`` (the last layer's MLP runs on that position only).
+
+        Returns:
+            ``(hidden, cache)``; ``cache`` is None without ``cache_steps``.
+        """
+        batch, width = input_ids.shape
+        h = self.embed[input_ids]  # (B, T, D)
+        positions = torch.arange(width, device=h.device)[None]
+        cos, sin = self._rotary(h, positions)
+        key_mask = None if causal else (positions < lengths[:, None])[:, None, None]  # (B, 1, 1, T)
+        cache = None
+        if cache_steps is not None:
+            total = width + cache_steps
+            slots = torch.arange(total, device=h.device)[None]
+            cache = KVCache(
+                keys=[],
+                values=[],
+                key_mask=((slots < lengths[:, None]) | (slots >= width))[:, None, None],
+                lengths=lengths,
+                prompt_width=width,
+            )
+        last = len(self.stack.layers) - 1
+        rows = torch.arange(batch, device=h.device)
+        for i, layer in enumerate(self.stack.layers):
+            x = _rms_norm(layer.input_layernorm, h)
+            only_last = cache is not None and i == last  # only each row's last real position goes on
+            if only_last:
+                h, x_last = h[rows, lengths - 1][:, None], x[rows, lengths - 1][:, None]  # (B, 1, D)
+                cos_last, sin_last = cos[0, 0, lengths - 1][:, None, None], sin[0, 0, lengths - 1][:, None, None]
+                q = _rope(self._heads(layer.self_attn.q_proj, x_last), cos_last, sin_last)  # (B, heads, 1, hd)
+            else:
+                q = _rope(self._heads(layer.self_attn.q_proj, x), cos, sin)
+            k = _rope(self._heads(layer.self_attn.k_proj, x, self.kv_heads), cos, sin)
+            v = self._heads(layer.self_attn.v_proj, x, self.kv_heads)
+            if cache is not None:
+                shape = (batch, self.kv_heads, cache.key_mask.shape[-1], self.head_dim)
+                cache.keys.append(k.new_empty(shape))
+                cache.values.append(v.new_empty(shape))
+                cache.keys[-1][:, :, :width] = k
+                cache.values[-1][:, :, :width] = v
+            if only_last:  # the last real query sees every real key, causal or not
+                mask = (positions < lengths[:, None])[:, None, None]
+                attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale, enable_gqa=True)
+            else:
+                attended = F.scaled_dot_product_attention(
+                    q, k, v, attn_mask=key_mask, is_causal=causal, scale=self.scale, enable_gqa=True
+                )
+            h = self._finish_layer(layer, attended, h)
+        h = _rms_norm(self.stack.norm, h)
+        if cache is not None:
+            cache.filled = width
+            return h[:, 0], cache
+        return h, None
+
+    def step(self, embeds: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Feed one soft token per row ``(B, D)``; return its final hidden state ``(B, D)``."""
+        slot = cache.filled
+        if slot >= cache.key_mask.shape[-1]:
+            raise ValueError(f"the KV cache has room for {cache.key_mask.shape[-1] - cache.prompt_width} soft tokens")
+        h = embeds[:, None]  # (B, 1, D)
+        positions = (cache.lengths + (slot - cache.prompt_width))[:, None]  # (B, 1)
+        cos, sin = self._rotary(h, positions)
+        mask = cache.key_mask[..., : slot + 1]
+        for i, layer in enumerate(self.stack.layers):
+            x = _rms_norm(layer.input_layernorm, h)
+            attn = layer.self_attn
+            cache.keys[i][:, :, slot] = _rope(self._heads(attn.k_proj, x, self.kv_heads), cos, sin)[:, :, 0]
+            cache.values[i][:, :, slot] = self._heads(attn.v_proj, x, self.kv_heads)[:, :, 0]
+            keys, values = cache.keys[i][:, :, : slot + 1], cache.values[i][:, :, : slot + 1]
+            q = _rope(self._heads(attn.q_proj, x), cos, sin)
+            attended = F.scaled_dot_product_attention(
+                q, keys, values, attn_mask=mask, scale=self.scale, enable_gqa=True
+            )
+            h = self._finish_layer(layer, attended, h)
+        cache.filled = slot + 1
+        return _rms_norm(self.stack.norm, h)[:, 0]
+
+    def soft_tokens(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        *,
+        steps: int,
+        tau: float = 1.0,
+        causal: bool = True,
+        stop_tol: float | None = None,
+    ) -> SoftTokenOutput:
+        """:func:`~genembed.encoders.soft_tokens.generate_soft_tokens` on this path, for left-padded prompts."""
+        input_ids, lengths = right_pad(input_ids, attention_mask)
+        h_0, cache = self.prefill(input_ids, lengths, causal=causal, cache_steps=steps)
+        head, embed = output_head(self.model)
+
+        def soft_embedding(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            probs = torch.softmax(_linear(head, h).float() / tau, dim=-1)  # (B, V)
+            if _ONEDNN:  # p @ E as a linear with weight E^T (a view): 2x faster than torch.mm (MKL) here
+                return probs, torch.ops.mkldnn._linear_pointwise(probs.to(embed.dtype), embed.t(), None, "none", [], "")
+            return probs, probs.to(embed.dtype) @ embed
+
+        return soft_token_loop(h_0, lambda d_k, k: self.step(d_k, cache), soft_embedding, steps, stop_tol)
+
+    def hidden_states(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *rows: torch.Tensor, causal: bool = True
+    ) -> tuple[torch.Tensor, ...]:
+        """One pass over left-padded prompts: ``(hidden, lengths, *rows)``, all right-padded alike
+        (``hidden`` ``(B, T, D)``; row ``b``'s last real token is at ``lengths[b] - 1``)."""
+        input_ids, lengths, *rolled = right_pad(input_ids, attention_mask, *rows)
+        hidden, _ = self.prefill(input_ids, lengths, causal=causal)
+        return hidden, lengths, *rolled
