@@ -12,22 +12,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import time
 from pathlib import Path
 
-import numpy as np
+from _run_info import REPO, git_commit
 
-REPO = Path(__file__).resolve().parents[1]
 TASK = REPO.parent / "shared" / "data" / "dev" / "stsb-dev"
-
-
-def _git_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 
 def main() -> None:
@@ -69,7 +59,7 @@ def main() -> None:
             "texts": len(texts),
             "encode_seconds": round(seconds, 1),
         },
-        "git_commit": _git_commit(),
+        "git_commit": git_commit(),
         "spearman_x100_by_dimensions": {str(d): s for d, s in scores.items()},
         "full_dim": model.dim,
     }

@@ -31,18 +31,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _run_info import REPO, git_commit
 
-REPO = Path(__file__).resolve().parents[1]
 STSB = REPO.parent / "shared" / "data" / "dev" / "stsb-dev" / "pairs.jsonl"
 MODES = {"batched": [], "unbatched": ["--max-batch-requests", "1"]}
-
-
-def _git_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 
 def _free_port() -> int:
@@ -263,7 +255,7 @@ def main() -> None:
             "platform": platform.platform(),
             "python": platform.python_version(),
         },
-        "git_commit": _git_commit(),
+        "git_commit": git_commit(),
         "results": results,
         "batched_over_unbatched_throughput": ratios,
     }

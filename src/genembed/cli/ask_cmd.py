@@ -18,7 +18,7 @@ def ask(
         str, typer.Option("--cache", help="KV reuse: none, query, doc, querydoc or docquery (doc* need --store-kv)")
     ] = "none",
     order: Annotated[
-        str | None, typer.Option("--order", help="with --cache none: doc_first (default) or query_first")
+        str | None, typer.Option("--order", help="with --cache none: query_first (default) or doc_first")
     ] = None,
     rerank: Annotated[bool, typer.Option("--rerank", help="rerank retrieved passages generatively")] = False,
     top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="passages put in the prompt")] = 3,

@@ -23,6 +23,10 @@ def serve(
         str | None,
         typer.Option("--api-key", envvar="GENEMBED_API_KEY", help="require 'Authorization: Bearer KEY' on /v1/*"),
     ] = None,
+    generation_adapter: Annotated[
+        bool,
+        typer.Option("--generation-adapter", help="chat and rerank with the adapter enabled (GRIT jointly trained)"),
+    ] = False,
     model_id: Annotated[str | None, typer.Option("--model-id", help="model name in responses")] = None,
     method: Annotated[str, typer.Option("--method", help="embedding method: gircse, mean, last or grit")] = "gircse",
     steps: Annotated[int, typer.Option("--steps", "-k", min=1, help="default GIRCSE soft tokens K")] = 5,
@@ -94,6 +98,7 @@ def serve(
 
         torch.set_num_threads(threads)
     loaded = load_model(model, adapter, dtype)
+    loaded.generation_adapter = generation_adapter
     shown = f"[{host}]" if ":" in host else host
     typer.echo(f"serving {settings.model_id or loaded.name} on http://{shown}:{port} (page at /, API docs at /docs)")
     run_server(

@@ -9,6 +9,7 @@ accelerate launch --multi_gpu --num_processes 2 $(which genembed) train configs/
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -35,6 +36,8 @@ def train(
     except (ConfigError, DataError, MissingModelError) as exc:
         typer.secho(f"error: {exc}", fg="red", err=True)
         raise typer.Exit(2) from exc
+    if os.environ.get("RANK", "0") != "0":  # under a multi-process launcher only the main process reports
+        return
     summary = result.output_dir / "summary.json"
     typer.echo(f"trained {result.steps} steps in {result.seconds:.0f} s; final loss {result.final_loss:.4f}")
     typer.echo(f"output: {result.output_dir} (metrics.jsonl, metrics.png, {summary.name})")

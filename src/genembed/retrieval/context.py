@@ -49,7 +49,7 @@ _MODE_LAYOUT = {  # mode -> (order, query cached, passages cached)
     "doc": ("doc_first", False, True),
     "docquery": ("doc_first", True, True),
 }
-TAIL_INSTRUCTION = "Answer the question above using the passages. Answer in one or two sentences."
+TAIL_INSTRUCTION = "Answer the question above using the passages."
 
 
 def mode_layout(mode: str, order: str | None = None) -> tuple[str, bool, bool]:
@@ -57,7 +57,7 @@ def mode_layout(mode: str, order: str | None = None) -> tuple[str, bool, bool]:
 
     Args:
         mode: one of :data:`MODES`.
-        order: only for ``none``: ``query_first`` or ``doc_first`` (default ``doc_first``).
+        order: only for ``none``: ``query_first`` (default, as in GritLM) or ``doc_first``.
 
     Raises:
         ValueError: an unknown mode or order, or an order that contradicts the mode.
@@ -67,7 +67,7 @@ def mode_layout(mode: str, order: str | None = None) -> tuple[str, bool, bool]:
     if order is not None and order not in ORDERS:
         raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
     if mode == "none":
-        return order or "doc_first", False, False
+        return order or "query_first", False, False
     layout = _MODE_LAYOUT[mode]
     if order is not None and order != layout[0]:
         raise ValueError(f"cache mode {mode!r} puts the {layout[0].replace('_first', '')} first; order={order!r}")
@@ -105,15 +105,21 @@ class Context:
 
 
 def tail_ids(tokenizer: Any) -> list[int]:
-    """The closing chat turn: a newline, then a user turn asking for the answer, then the assistant prompt."""
-    if getattr(tokenizer, "chat_template", None):
-        from ..generation.chat import chat_prompt_ids
+    """The closing chat turn: a newline, a user turn asking for the answer, and the assistant prompt.
 
-        turn = chat_prompt_ids(
-            tokenizer, [{"role": "system", "content": ""}, {"role": "user", "content": TAIL_INSTRUCTION}]
-        )
-        return tokenizer("\n", add_special_tokens=False)["input_ids"] + turn
-    return tokenizer(f"\n\n{TAIL_INSTRUCTION}\nAnswer:", add_special_tokens=False)["input_ids"]
+    The turn is rendered by the tokenizer's chat template without a system turn (on a small seeded
+    sample of WikiQA questions the default model answered better without one; see docs/rag.md).
+    Without a chat template the tail is plain text ending in ``Answer:``.
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        return tokenizer(f"\n\n{TAIL_INSTRUCTION}\nAnswer:", add_special_tokens=False)["input_ids"]
+    system = [{"role": "system", "content": ""}]
+    user = [*system, {"role": "user", "content": TAIL_INSTRUCTION}]
+    with_user = tokenizer.apply_chat_template(user, tokenize=False, add_generation_prompt=True)
+    system_only = tokenizer.apply_chat_template(system, tokenize=False)
+    # rendered alone, a user turn would get the template's default system prompt (SmolLM2 adds one)
+    turn = with_user[len(system_only) :] if with_user.startswith(system_only) else with_user
+    return tokenizer("\n" + turn, add_special_tokens=False)["input_ids"]
 
 
 def assemble(model: Any, segments: list[Segment], tail: list[int]) -> Context:

@@ -90,7 +90,10 @@ def train(
     if tc.threads:
         torch.set_num_threads(tc.threads)
     out = Path(tc.output_dir)
-    checkpoint = _prepare_output(out, cfg, resume, write=main)  # every process checks, so all fail alike
+    checkpoint = _check_output(out, cfg, resume)  # every process checks, so all fail alike
+    accelerator.wait_for_everyone()  # before the main process writes into the folder
+    if main:
+        _prepare_output(out, cfg, resume, checkpoint)
     accelerator.wait_for_everyone()
 
     # data first: a bad file fails in seconds, before a model is loaded
@@ -220,9 +223,8 @@ def _warn_if_single_process_launch(world: int) -> None:
         )
 
 
-def _prepare_output(out: Path, cfg: RunConfig, resume: bool, *, write: bool) -> Path | None:
-    """Check the output folder and (``write``) prepare it and save the resolved config; return the
-    checkpoint to resume from."""
+def _check_output(out: Path, cfg: RunConfig, resume: bool) -> Path | None:
+    """Refuse a folder holding another run (or a changed config on resume); return the checkpoint to resume."""
     saved = out / CONFIG_NAME
     checkpoint = latest_checkpoint(out / "checkpoints") if resume else None
     if checkpoint is not None and saved.is_file():
@@ -233,22 +235,24 @@ def _prepare_output(out: Path, cfg: RunConfig, resume: bool, *, write: bool) -> 
                 f"cannot resume {out}: the config differs from the saved run in {sorted(changed)} "
                 "(only max_steps, save_every, keep_checkpoints, threads and progress may change)"
             )
-    if resume and checkpoint is None and write:
-        logger.warning("no checkpoint in %s: starting from scratch", out / "checkpoints")
     if not resume and out.is_dir() and any(out.iterdir()) and not cfg.train.overwrite:
         raise ConfigError(
             f"output folder {out} is not empty: pass --resume to continue its run, "
             "choose another train.output_dir, or set train.overwrite=true"
         )
-    if not write:
-        return checkpoint
+    return checkpoint
+
+
+def _prepare_output(out: Path, cfg: RunConfig, resume: bool, checkpoint: Path | None) -> None:
+    """Clear what a fresh start replaces and save the resolved config."""
+    if resume and checkpoint is None:
+        logger.warning("no checkpoint in %s: starting from scratch", out / "checkpoints")
     if not resume:
         shutil.rmtree(out / "checkpoints", ignore_errors=True)
     if checkpoint is None:
         (out / "metrics.jsonl").unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
-    _write_text(saved, yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
-    return checkpoint
+    _write_text(out / CONFIG_NAME, yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
 
 
 def _changed_keys(old: Any, new: Any, prefix: str = "") -> set[str]:
