@@ -6,11 +6,11 @@ rank and their rerank score. Document embeddings are cached as ``.npy`` in the o
 writes), and per-query results are appended to a JSON-lines progress file, so an interrupted run
 resumes where it stopped.
 
-Run (2 CPU cores; roughly 30-40 min to embed the 1,611 scifact documents once, then ~10 s per query
-to rerank its top 10):
+Run (2 shared CPU cores: ~15 min to embed the 1,611 scifact documents once, then 7-9 s per query to
+rerank its top 10; ``--scoring`` is ``yes_no`` or ``query_likelihood``):
 
     flock /tmp/genembed-cpu.lock .venv/bin/python benchmarks/rerank_scifact.py --method mean \\
-        --out benchmarks/results/rerank_scifact
+        --scoring query_likelihood --out benchmarks/results/rerank_scifact
 
 Quick check on a subset (the task loader's ``limit``: the first N queries, their judged documents
 and N others):
@@ -24,14 +24,13 @@ import argparse
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from _run_info import REPO, git_commit
 
-REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TASK = REPO.parent / "shared" / "data" / "dev" / "scifact-dev"
 
 
@@ -40,15 +39,6 @@ def _atomic_save_npy(path: Path, array: np.ndarray) -> None:
     with open(tmp, "wb") as handle:
         np.save(handle, array)
     os.replace(tmp, path)
-
-
-def _git_commit() -> str | None:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 
 def doc_embeddings(model, texts: list[str], encode_kwargs: dict, out: Path, batch_size: int) -> np.ndarray:
@@ -163,7 +153,7 @@ def main() -> None:
     after = np.array([v[1] for v in per_query.values()])
     result = {
         "config": config,
-        "git_commit": _git_commit(),
+        "git_commit": git_commit(),
         "ndcg@10": {"embedding": float(before.mean()), "embedding+rerank": float(after.mean())},
         "queries_improved": int((after > before + 1e-9).sum()),
         "queries_hurt": int((after < before - 1e-9).sum()),

@@ -40,9 +40,20 @@ def tiny_model(tiny):
 
 @pytest.fixture(scope="session")
 def real_model():
-    """The bundled default model (SmolLM2-135M-Instruct), loaded once; do not modify it."""
+    """The bundled backbone (SmolLM2-135M-Instruct) without an adapter, loaded once; do not modify it."""
     import genembed
 
+    return genembed.load(adapter=False)
+
+
+@pytest.fixture(scope="session")
+def default_model():
+    """What ``genembed.load()`` gives: the bundled backbone plus the shipped GIRCSE adapter."""
+    import genembed
+    from genembed.loading import default_adapter
+
+    if default_adapter() is None:
+        pytest.fail("this checkout ships no default adapter (src/genembed/adapters/)")
     return genembed.load()
 
 

@@ -50,3 +50,21 @@ def test_soft_tokens_speak_the_texts_language(real_model):
     steps = real_model.inspect("How do plants make their food?", steps=3, top=10)
     words = {tok.strip().lower() for s in steps for tok, _ in s.tokens}
     assert words & {"plants", "plant", "food", "photosynthesis", "make"}
+
+
+# What genembed.load() gives (backbone + the shipped GIRCSE adapter): the trained soft tokens do
+# carry meaning, with the margin growing from the raw model's ~0, and the instruction matters.
+def test_the_default_adapter_separates_paraphrases_with_gircse(default_model, real_model):
+    for anchor, paraphrase, unrelated in PAIRS:
+        texts = [anchor, paraphrase, unrelated]
+        emb = default_model.encode(texts, instruction="Retrieve semantically similar text.", steps=5)
+        raw = real_model.encode(texts, instruction="Retrieve semantically similar text.", steps=5)
+        margin, raw_margin = (float(e[0] @ e[1] - e[0] @ e[2]) for e in (emb, raw))
+        assert margin > 0.1 and margin > raw_margin + 0.1, (anchor, margin, raw_margin)
+
+
+def test_the_default_adapter_follows_the_instruction(default_model):
+    texts = ["I can't believe they cancelled my flight again, this is outrageous!"]
+    emotion = default_model.encode(texts, instruction="Classify the emotion expressed in the given text.")
+    intent = default_model.encode(texts, instruction="Given a customer query, find the customer's intent.")
+    assert float(emotion[0] @ intent[0]) < 0.99  # the same text, two different embeddings

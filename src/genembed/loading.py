@@ -8,7 +8,15 @@ from pathlib import Path
 from .backbone.loading import load_backbone
 from .model import GenerativeEmbedder
 
-__all__ = ["load"]
+__all__ = ["DEFAULT_ADAPTER", "default_adapter", "load"]
+
+# the GIRCSE LoRA adapter trained for the bundled backbone (configs/gircse-smollm2.yaml, MODEL_CARD.md)
+DEFAULT_ADAPTER = Path(__file__).parent / "adapters" / "smollm2-135m-gircse"
+
+
+def default_adapter() -> Path | None:
+    """The adapter shipped for the bundled backbone, or None in a build that does not hold it."""
+    return DEFAULT_ADAPTER if (DEFAULT_ADAPTER / "adapter_config.json").is_file() else None
 
 
 def load(
@@ -24,7 +32,9 @@ def load(
     Args:
         model: None for the bundled default (SmolLM2-135M-Instruct), a local HF folder, a ``.gguf``
             file, or a hub id already in the local HF cache. Nothing is downloaded.
-        adapter: a LoRA adapter folder (as written by ``genembed train``); None or False for none.
+        adapter: a LoRA adapter folder (as written by ``genembed train``). None: the shipped GIRCSE
+            adapter when ``model`` is the bundled default, none for any other model. False: none
+            (the raw backbone).
         dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"``.
         device: a torch device, e.g. ``"cpu"`` or ``"cuda:0"``.
         tau: GIRCSE soft-token softmax temperature.
@@ -33,6 +43,8 @@ def load(
         MissingModelError: the model or adapter is not on disk; the message says how to get it.
     """
     backbone = load_backbone(model, dtype=dtype, device=device)
+    if adapter is None and model is None:
+        adapter = default_adapter()
     adapter_name = None
     if adapter not in (None, False):
         adapter_path = Path(os.path.expanduser(str(adapter)))

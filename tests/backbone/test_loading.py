@@ -64,6 +64,43 @@ def test_hf_folder_round_trip(tmp_path, tiny):
     assert abs(float((before * after).sum()) - 1.0) < 1e-5
 
 
+def test_the_shipped_adapter_is_the_default_of_the_default_model_only(tmp_path, tiny, monkeypatch):
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+
+    import genembed.loading as loading
+    from genembed.cli._common import load_model
+
+    folder, adapter = tmp_path / "tiny", tmp_path / "shipped"
+    tiny.model.save_pretrained(folder)
+    tiny.tokenizer.save_pretrained(folder)
+    lora = get_peft_model(copy.deepcopy(tiny.model), LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj"]))
+    with torch.no_grad():
+        for name, p in lora.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.5)
+    lora.save_pretrained(adapter)
+    real = loading.load_backbone
+    monkeypatch.setattr(loading, "load_backbone", lambda model, **kw: real(model or folder, **kw))  # tiny as default
+    monkeypatch.setattr(loading, "default_adapter", lambda: adapter)
+
+    default, raw, other = genembed.load(), genembed.load(adapter=False), genembed.load(folder)
+    assert (default.adapter, raw.adapter, other.adapter) == ("shipped", None, None)
+    assert load_model(None, "none").adapter is None and load_model(None, None).adapter == "shipped"
+    emb = {m.name: m.encode(["the default adapter"], steps=2) for m in (default, raw, other)}
+    assert emb["tiny"] is not None and len(emb) == 2  # raw and other are the same model: the same name
+    assert float((emb[default.name] * emb["tiny"]).sum()) < 0.999  # the adapter changes the embedding
+
+
+def test_the_shipped_adapter_is_in_the_package_and_small():
+    from genembed.loading import DEFAULT_ADAPTER, default_adapter
+
+    assert default_adapter() == DEFAULT_ADAPTER, "src/genembed/adapters/ holds no default adapter"
+    size = sum(f.stat().st_size for f in DEFAULT_ADAPTER.iterdir())
+    assert size < 25e6, f"the shipped adapter takes {size / 1e6:.1f} MB"
+
+
 @pytest.mark.slow
 def test_default_model_loads_from_converted_cache(real_model):
     config = real_model.backbone.model.config

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -212,6 +213,8 @@ def test_cli_two_processes_under_accelerate_equal_one_process(tiny_folder, tmp_p
     )
     assert two.returncode == 0, two.stderr[-3000:]
     assert "26 records in 7 shards" in two.stdout and "2 processes" in two.stdout
+    # rank 0 shows a progress bar over its own shards (0, 2, 4, 6: 14 records) with elapsed<remaining time
+    assert re.search(r"14/14 \[\d\d:\d\d<\d\d:\d\d", two.stderr), two.stderr[-2000:]
     one = subprocess.run(
         _cli(str(tmp_path / "c.jsonl"), "--out", str(tmp_path / "one"), *common, "--quiet"),
         env=env,

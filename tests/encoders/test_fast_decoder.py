@@ -86,8 +86,9 @@ def test_adaptive_steps_really_vary_and_match(tiny):
     assert steps is not None and len(set(steps.tolist())) > 1
 
 
-def test_lora_layers_are_called_as_modules(tiny):
+def test_lora_layers_run_as_merged_linears_kept_until_a_weight_changes(tiny, monkeypatch):
     from peft import LoraConfig, get_peft_model
+    from peft.tuners.lora.layer import Linear as LoraLinear
 
     model = get_peft_model(
         tiny.model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"])
@@ -97,12 +98,25 @@ def test_lora_layers_are_called_as_modules(tiny):
             if "lora_B" in name:
                 p.normal_(0.0, 0.3)
     adapted = Backbone(model=model.eval(), tokenizer=tiny.tokenizer, name="tiny+lora")
+    merges = []
+    delta = LoraLinear.get_delta_weight
+    monkeypatch.setattr(LoraLinear, "get_delta_weight", lambda self, name: merges.append(name) or delta(self, name))
     for settings in ({"method": "mean"}, {"method": "gircse", "steps": 3}):
         fast, ref, _ = _both_paths(adapted, settings)
         torch.testing.assert_close(fast, ref, atol=2e-5, rtol=1e-5)
         with model.disable_adapter():
             base, _ = encode_texts(adapted, TEXTS, EncodeOptions.build(**settings))
+            base_ref, _ = encode_texts(adapted, TEXTS, EncodeOptions.build(**settings, fast_path=False))
+        torch.testing.assert_close(base, base_ref, atol=2e-5, rtol=1e-5)
         assert (base - fast).abs().max() > 1e-2  # the adapter was applied
+    lora_layers = 4 * len(model.base_model.model.model.layers)
+    assert len(merges) == lora_layers  # merged once, reused by every later call
+
+    with torch.no_grad():  # an optimizer step changes lora_B in place: the merge must be redone
+        model.base_model.model.model.layers[0].mlp.up_proj.lora_B["default"].weight.add_(0.5)
+    fast, ref, _ = _both_paths(adapted, {"method": "mean"})
+    torch.testing.assert_close(fast, ref, atol=2e-5, rtol=1e-5)
+    assert len(merges) == lora_layers + 1
 
 
 def test_bfloat16_fast_path_is_close_to_the_transformers_path(tiny):
@@ -149,3 +163,14 @@ def test_the_kv_cache_has_room_for_exactly_the_steps_asked(tiny):
         decoder.step(d, cache)
         with pytest.raises(ValueError, match="room for 1 soft tokens"):
             decoder.step(d, cache)
+
+
+@pytest.mark.slow
+def test_fast_path_equals_the_transformers_path_on_the_default_model(real_model, monkeypatch):
+    texts = ["A man is playing a guitar.", "Photosynthesis turns light into sugar in the leaves of plants.", "ok"]
+    for settings in ({"method": "mean"}, {"method": "gircse", "steps": 5}, {"method": "grit"}):
+        fast = real_model.encode(texts, instruction="Retrieve semantically similar text.", **settings)
+        monkeypatch.setenv("GENEMBED_FAST_PATH", "0")
+        ref = real_model.encode(texts, instruction="Retrieve semantically similar text.", **settings)
+        monkeypatch.delenv("GENEMBED_FAST_PATH")
+        assert (fast * ref).sum(axis=1).min() > 0.99999, settings

@@ -28,7 +28,7 @@ def _hand_score(backbone, query: str, doc: str, instruction: str) -> float:
 
 
 def test_scores_equal_hand_computation_and_are_sorted(chatty_model):
-    results = chatty_model.rerank(QUERY, DOCS, batch_size=2, instruction="Judge relevance.")
+    results = chatty_model.rerank(QUERY, DOCS, batch_size=2, instruction="Judge relevance.", scoring="yes_no")
     assert sorted(r.index for r in results) == list(range(len(DOCS)))
     assert [r.score for r in results] == sorted((r.score for r in results), reverse=True)
     for r in results:
@@ -40,15 +40,15 @@ def test_scores_equal_hand_computation_and_are_sorted(chatty_model):
 
 
 def test_batching_does_not_change_scores(chatty_model):
-    one = {r.index: r.score for r in chatty_model.rerank(QUERY, DOCS, batch_size=1)}
-    many = {r.index: r.score for r in chatty_model.rerank(QUERY, DOCS, batch_size=8)}
+    one = {r.index: r.score for r in chatty_model.rerank(QUERY, DOCS, batch_size=1, scoring="yes_no")}
+    many = {r.index: r.score for r in chatty_model.rerank(QUERY, DOCS, batch_size=8, scoring="yes_no")}
     assert one == pytest.approx(many, abs=1e-4)
 
 
 def test_top_n_and_instruction(chatty_model):
-    full = chatty_model.rerank(QUERY, DOCS)
-    assert chatty_model.rerank(QUERY, DOCS, top_n=2) == full[:2]
-    other = chatty_model.rerank(QUERY, DOCS, instruction="A different task description.")
+    full = chatty_model.rerank(QUERY, DOCS, scoring="yes_no")
+    assert chatty_model.rerank(QUERY, DOCS, top_n=2, scoring="yes_no") == full[:2]
+    other = chatty_model.rerank(QUERY, DOCS, instruction="A different task description.", scoring="yes_no")
     assert {r.index: r.score for r in other} != pytest.approx({r.index: r.score for r in full}, abs=1e-4)
 
 
@@ -63,7 +63,7 @@ def test_prompt_shape(tiny):
 
 def test_long_documents_are_cut(chatty_model):
     long_a, long_b = "word " * 50 + "ending one", "word " * 50 + "another ending"
-    a, b = (chatty_model.rerank(QUERY, [d], max_length=20)[0].score for d in (long_a, long_b))
+    a, b = (chatty_model.rerank(QUERY, [d], max_length=20, scoring="yes_no")[0].score for d in (long_a, long_b))
     assert a == pytest.approx(b, abs=1e-5)
 
 
@@ -72,7 +72,7 @@ def test_empty_and_bad_inputs(chatty_model):
     with pytest.raises(TypeError, match=r"documents\[1\] must be a string, got int"):
         chatty_model.rerank(QUERY, ["a", 2])
     with pytest.raises(TypeError, match="got one string"):
-        chatty_model.rerank(QUERY, "a document")
+        chatty_model.rerank(QUERY, "a document", scoring="yes_no")
     with pytest.raises(ValueError, match="top_n must be >= 1"):
         chatty_model.rerank(QUERY, ["a"], top_n=0)
 

@@ -173,7 +173,11 @@ def test_mode_errors(tiny_model, docs_file, tmp_path):
     with pytest.raises(ValueError, match="puts the doc first"):
         ask(tiny_model, index, QUESTION, cache="doc", order="query_first")
     tiny_model.adapter, tiny_model.generation_adapter = "embedding-only", False
-    index = _index(tiny_model, docs_file, tmp_path, "mean", overwrite=True)
-    with pytest.raises(ValueError, match="same weights for embedding and generation"):
+    index = _index(tiny_model, docs_file, tmp_path, "mean", overwrite=True, store_kv=False)
+    with pytest.raises(ValueError, match=r"same weights for embedding and generation.*--adapter none"):
         ask(tiny_model, index, QUESTION, cache="query")
     assert ask(tiny_model, index, QUESTION, cache="none", max_new_tokens=1).cached_tokens == 0
+    with pytest.raises(ValueError, match="embedding-only adapter.*or build without stored KV states"):
+        _index(tiny_model, docs_file, tmp_path, "mean", store_kv=True, overwrite=True)
+    tiny_model.generation_adapter = True  # a GRIT jointly trained adapter: both modes share the weights
+    assert ask(tiny_model, index, QUESTION, cache="query", max_new_tokens=1).cached_tokens > 0

@@ -52,6 +52,8 @@ def test_invalid_json_and_bad_values_are_422(served):
     for body in ({"messages": []}, {"messages": [{"role": "robot", "content": "hi"}]}, {"messages": "hi"}):
         _error(httpx.post(served.url + "/v1/chat/completions", json=body), 422)
     _error(httpx.post(served.url + "/v1/rerank", json={"query": "q", "documents": []}), 422)
+    error = _error(httpx.post(served.url + "/v1/rerank", json={"query": "", "documents": ["d"]}), 422)
+    assert error["message"].startswith("invalid request: query:"), error
 
 
 def test_openai_client_raises_with_the_server_message(openai_client):

@@ -86,17 +86,22 @@ def test_gircse_embeddings_are_running_means_of_soft_token_states(tiny):
     torch.testing.assert_close(z[:, 1], (h[:, 0] + h[:, 1]) / 2)
 
 
-def test_grit_embeddings_match_the_grit_encoder(tiny_model):
+@pytest.mark.parametrize("method", ["grit", "mean", "last"])
+def test_single_pass_training_embeddings_match_the_encoder(tiny_model, method):
+    """What training optimises is exactly what ``encode`` returns for the same method (the ablations'
+    mean/last baselines and GRIT), padding included."""
     tok = tiny_model.backbone.tokenizer
-    texts = ["A man is playing a guitar.", "Paris is the capital of France."]
+    texts = ["A man is playing a guitar.", "Paris is the capital of France.", "ok"]
     batch = tokenize_texts(
-        tok, texts, ["Retrieve semantically similar text."] * 2, prompt_format="plain", max_length=64
+        tok, texts, ["Retrieve semantically similar text."] * 3, prompt_format="plain", max_length=64
     )
     with torch.no_grad():
-        z = embed_batch(tiny_model.backbone.model, batch, EmbedSettings(method="grit"))
-    assert z.shape == (2, 1, tiny_model.dim)
-    ref = tiny_model.encode(texts, method="grit", instruction="Retrieve semantically similar text.", normalize=False)
+        z = embed_batch(tiny_model.backbone.model, batch, EmbedSettings(method=method))
+    assert z.shape == (3, 1, tiny_model.dim)
+    ref = tiny_model.encode(texts, method=method, instruction="Retrieve semantically similar text.", normalize=False)
     np.testing.assert_allclose(z[:, 0].numpy(), ref, rtol=1e-4, atol=1e-5)
+    others = {m: tiny_model.encode(texts[:1], method=m, normalize=False) for m in ("grit", "mean", "last")}
+    assert all(not np.allclose(others[method], v) for m, v in others.items() if m != method)
 
 
 def test_per_text_instructions_are_applied(tiny):

@@ -9,7 +9,12 @@ import typer
 ModelOpt = Annotated[
     str | None, typer.Option("--model", "-m", help="HF folder, .gguf file or cached hub id (default: bundled SmolLM2)")
 ]
-AdapterOpt = Annotated[str | None, typer.Option("--adapter", "-a", help="LoRA adapter folder")]
+AdapterOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--adapter", "-a", help="LoRA adapter folder; 'none' for the raw backbone (default: the shipped adapter)"
+    ),
+]
 DtypeOpt = Annotated[str, typer.Option("--dtype", help="float32, bfloat16 or float16")]
 
 
@@ -19,7 +24,8 @@ def load_model(model: str | None, adapter: str | None, dtype: str = "float32") -
     from genembed.backbone import MissingModelError
 
     try:
-        return genembed.load(model, adapter=adapter, dtype=dtype)
+        chosen = False if adapter is not None and adapter.lower() == "none" else adapter
+        return genembed.load(model, adapter=chosen, dtype=dtype)
     except MissingModelError as exc:
         typer.secho(f"error: {exc}", fg="red", err=True)
         raise typer.Exit(2) from exc

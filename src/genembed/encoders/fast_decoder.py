@@ -18,15 +18,18 @@ It is used only for inference (no gradients), on CPU, for float32 or bfloat16 we
 architecture (Llama, Mistral and Qwen2 without sliding windows); :meth:`FastDecoder.build` returns None
 otherwise and callers use the transformers path (:func:`~genembed.backbone.attention.run_decoder`,
 :func:`~genembed.encoders.soft_tokens.generate_soft_tokens`), which stays the reference: tests check that
-both give the same hidden states. Projections that are not plain ``nn.Linear`` (e.g. peft LoRA layers) are
-called as modules, so adapters keep working, just without the fusions. Set ``GENEMBED_FAST_PATH=0`` to
-switch the fast path off.
+both give the same hidden states. A peft LoRA projection (plain LoRA, adapter enabled) runs as one fused
+linear on ``W + scale * B @ A``, computed once and kept until a weight changes (memory: one extra copy
+of the adapted projections); other non-``nn.Linear`` projections are called as modules, so they keep
+working without the fusions. Set ``GENEMBED_FAST_PATH=0`` to switch the fast path off.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,18 +107,66 @@ def _plain(module: Any) -> bool:
     return _ONEDNN and type(module) is torch.nn.Linear
 
 
-def _linear(module: Any, x: torch.Tensor, post: str = "none") -> torch.Tensor:
-    """``module(x)``, with an optional fused ``"swish"`` (SiLU) post-op; oneDNN for plain ``nn.Linear``."""
+@dataclass(frozen=True)
+class _Merged:
+    """The effective weight of a LoRA projection, and the weights' versions it was computed from."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    stamp: tuple
+
+
+_MERGED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _lora_stamp(module: Any, names: list[str]) -> tuple:
+    """Identifies the weights a merge used: an optimizer step or a reload changes a tensor's version."""
+    tensors = [module.base_layer.weight] + [
+        w for n in names for w in (module.lora_A[n].weight, module.lora_B[n].weight)
+    ]
+    return tuple(names), tuple((t.data_ptr(), t._version) for t in tensors), tuple(module.scaling[n] for n in names)
+
+
+def _effective(module: Any) -> Any:
+    """A plain ``nn.Linear`` as it is; a peft LoRA ``Linear`` as its merged weight (or its base layer when the
+    adapter is off or already merged into it); None for anything else (called as a module)."""
     if _plain(module):
-        return torch.ops.mkldnn._linear_pointwise(x, module.weight, module.bias, post, [], "")
+        return module
+    base = getattr(module, "base_layer", None)
+    if not _ONEDNN or base is None or type(base) is not torch.nn.Linear or not hasattr(module, "get_delta_weight"):
+        return None
+    if getattr(module, "disable_adapters", False) or getattr(module, "merged", False):
+        return base
+    names = [n for n in module.active_adapters if n in module.lora_A]
+    if any(module.use_dora.get(n, False) for n in names) or getattr(module, "fan_in_fan_out", False):
+        return None
+    if not names:
+        return base
+    stamp = _lora_stamp(module, names)
+    cached = _MERGED.get(module)
+    if cached is None or cached.stamp != stamp:
+        weight = base.weight.detach().clone()
+        for name in names:
+            weight += module.get_delta_weight(name).to(weight.dtype)
+        cached = _Merged(weight, base.bias, stamp)
+        _MERGED[module] = cached
+    return cached
+
+
+def _linear(module: Any, x: torch.Tensor, post: str = "none") -> torch.Tensor:
+    """``module(x)``, with an optional fused ``"swish"`` (SiLU) post-op; oneDNN for plain and LoRA linears."""
+    linear = _effective(module)
+    if linear is not None:
+        return torch.ops.mkldnn._linear_pointwise(x, linear.weight, linear.bias, post, [], "")
     y = module(x)
     return F.silu(y) if post == "swish" else y
 
 
 def _linear_then(module: Any, x: torch.Tensor, other: torch.Tensor, op: str) -> torch.Tensor:
-    """``module(x) + other`` (``op="add"``) or ``module(x) * other`` (``"mul"``), fused for plain linears."""
-    if _plain(module):
-        return torch.ops.mkldnn._linear_pointwise.binary(x, other, module.weight, module.bias, op)
+    """``module(x) + other`` (``op="add"``) or ``module(x) * other`` (``"mul"``), fused for plain and LoRA linears."""
+    linear = _effective(module)
+    if linear is not None:
+        return torch.ops.mkldnn._linear_pointwise.binary(x, other, linear.weight, linear.bias, op)
     y = module(x)
     return y + other if op == "add" else y * other
 
@@ -153,6 +204,11 @@ class KVCache:
     lengths: torch.Tensor
     prompt_width: int
     filled: int = 0
+
+    @functools.cached_property
+    def key_bias(self) -> torch.Tensor:
+        """``key_mask`` as an additive float32 bias: 0 where a soft token may attend, -inf elsewhere."""
+        return torch.zeros(self.key_mask.shape).masked_fill(~self.key_mask, float("-inf"))
 
 
 class FastDecoder:
@@ -193,6 +249,18 @@ class FastDecoder:
         """A q/k/v projection of ``x`` ``(B, T, D)`` split into heads: ``(B, heads, T, hd)``."""
         batch, width = x.shape[:2]
         return _linear(proj, x).view(batch, width, heads or self.heads, self.head_dim).transpose(1, 2)
+
+    def _attend_one(
+        self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor
+    ) -> torch.Tensor:
+        """Attention of one query per row, ``q`` ``(B, heads, 1, hd)`` over ``(B, kv_heads, S, hd)`` keys and
+        values with an additive ``bias`` ``(B, 1, 1, S)``: two batched matmuls with the query heads of each
+        key/value head stacked, a third faster than the SDPA kernel for a single query."""
+        batch, groups = q.shape[0], self.heads // self.kv_heads
+        q = q.reshape(batch, self.kv_heads, groups, self.head_dim)  # (B, kv, groups, hd)
+        scores = torch.matmul(q, keys.transpose(-1, -2)).float() * self.scale + bias  # (B, kv, groups, S)
+        weights = torch.softmax(scores, dim=-1).to(values.dtype)
+        return torch.matmul(weights, values).view(batch, self.heads, 1, self.head_dim)
 
     def _finish_layer(self, layer: Any, attended: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         """o_proj + residual, then the MLP block + residual; ``attended`` ``(B, heads, T, hd)``."""
@@ -282,18 +350,15 @@ class FastDecoder:
         h = embeds[:, None]  # (B, 1, D)
         positions = (cache.lengths + (slot - cache.prompt_width))[:, None]  # (B, 1)
         cos, sin = self._rotary(h, positions)
-        mask = cache.key_mask[..., : slot + 1]
+        bias = cache.key_bias[..., : slot + 1]
         for i, layer in enumerate(self.stack.layers):
             x = _rms_norm(layer.input_layernorm, h)
             attn = layer.self_attn
             cache.keys[i][:, :, slot] = _rope(self._heads(attn.k_proj, x, self.kv_heads), cos, sin)[:, :, 0]
             cache.values[i][:, :, slot] = self._heads(attn.v_proj, x, self.kv_heads)[:, :, 0]
+            q = _rope(self._heads(attn.q_proj, x), cos, sin)  # (B, heads, 1, hd)
             keys, values = cache.keys[i][:, :, : slot + 1], cache.values[i][:, :, : slot + 1]
-            q = _rope(self._heads(attn.q_proj, x), cos, sin)
-            attended = F.scaled_dot_product_attention(
-                q, keys, values, attn_mask=mask, scale=self.scale, enable_gqa=True
-            )
-            h = self._finish_layer(layer, attended, h)
+            h = self._finish_layer(layer, self._attend_one(q, keys, values, bias), h)
         cache.filled = slot + 1
         return _rms_norm(self.stack.norm, h)[:, 0]
 

@@ -178,7 +178,7 @@ def rerank(
     instruction: str | None = None,
     batch_size: int = 8,
     max_length: int = 512,
-    scoring: str = "yes_no",
+    scoring: str = "query_likelihood",
     use_adapter: bool = True,
 ) -> list[RerankResult]:
     """Score documents against a query and return them best first (see :meth:`GenerativeEmbedder.rerank`).

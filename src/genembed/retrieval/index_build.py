@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ..generation.adapters import kv_reuse_problem
 from ._files import atomic_write, atomic_write_json
 from .chunking import Chunk, chunk_documents, read_sources
 from .embed_kv import EmbedConfig, encode_with_kv
@@ -69,7 +70,12 @@ def build_index(
     Raises:
         FileExistsError: ``out`` holds an index (and ``overwrite`` is False) or unrelated files.
         SourceError: a source cannot be read (the message names file, line and field).
+        ValueError: ``store_kv`` with a model whose KV states generation cannot reuse (an embedding-only
+            adapter; see :func:`~genembed.generation.adapters.kv_reuse_problem`).
     """
+    problem = kv_reuse_problem(model) if store_kv else None
+    if problem:
+        raise ValueError(f"{problem}; or build without stored KV states.")
     out = Path(out)
     config = config or EmbedConfig(tau=getattr(model, "tau", 1.0), max_length=chunk_tokens + _TEMPLATE_ROOM)
     config.options()  # validate before any work

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ..generation.adapters import adapter_mode, each_step_in
+from ..generation.adapters import adapter_mode, each_step_in, kv_reuse_problem
 from ..generation.chat import eos_token_ids
 from ..generation.decoding import decode_stream
 from ..generation.detokenize import stream_pieces
@@ -122,16 +122,9 @@ def build_context(
             generation with other weights than embedding (an embedding-only adapter).
     """
     order, query_cached, docs_cached = mode_layout(mode, order)
-    if (
-        (query_cached or docs_cached)
-        and getattr(model, "adapter", None)
-        and not getattr(model, "generation_adapter", True)
-    ):
-        raise ValueError(
-            "KV reuse needs the same weights for embedding and generation, but this model generates without its "
-            "adapter (generation_adapter=False). Set model.generation_adapter = True (a GRIT jointly trained "
-            "adapter) or use cache mode 'none'."
-        )
+    problem = kv_reuse_problem(model) if query_cached or docs_cached else None
+    if problem:
+        raise ValueError(f"{problem}; or use cache mode 'none'.")
     if query_cached and query.kv is None:
         raise ValueError(f"cache mode {mode!r} needs the query's KV states: retrieve with keep_query_kv=True")
     q_seg = Segment("query", query.ids[0], query.kv[0] if query_cached else None)  # type: ignore[index]

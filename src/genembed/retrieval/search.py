@@ -101,7 +101,7 @@ def search(
     rerank_top: int | None = None,
     instruction: str | None = None,
     rerank_instruction: str | None = None,
-    rerank_scoring: str = "yes_no",
+    rerank_scoring: str = "query_likelihood",
     batch_size: int = 32,
     **encode_kwargs: Any,
 ) -> list[SearchHit]:

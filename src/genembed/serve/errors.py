@@ -64,11 +64,9 @@ _UNION_TAGS = {"str", "int", "float", "bool", "list", "dict", "none", "json-or-p
 
 def _location(loc: tuple[Any, ...]) -> str:
     # pydantic tags the branches of a union ("list[...]", "function-after[...]", "str"): not field names
-    parts = [
-        str(p)
-        for p in loc
-        if p not in _SKIP and not (isinstance(p, str) and ("[" in p or p in _UNION_TAGS or p[:1].isupper()))
-    ]
+    if loc and loc[0] in _SKIP:  # where the value came from; a field may itself be named "query"
+        loc = loc[1:]
+    parts = [str(p) for p in loc if not (isinstance(p, str) and ("[" in p or p in _UNION_TAGS or p[:1].isupper()))]
     return ".".join(parts) if parts else "body"
 
 

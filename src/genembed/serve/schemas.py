@@ -173,7 +173,7 @@ class RerankDocument(BaseModel):
 
 
 class RerankRequest(BaseModel):
-    query: Text
+    query: Annotated[Text, Field(min_length=1, description="The query (not empty: reranking scores it).")]
     documents: Annotated[list[Text | RerankDocument], Field(min_length=1)]
     model: ModelName = None
     top_n: int | None = Field(None, ge=1, description="Return only the n most relevant documents.")

@@ -71,7 +71,9 @@ class LoraSettings:
 
 @dataclass
 class EmbeddingConfig:
-    method: str = "gircse"  # gircse (K soft tokens, ICR loss) or grit (bidirectional mean pooling, InfoNCE)
+    # gircse (K soft tokens, ICR loss) or a single pass with InfoNCE: grit (bidirectional mean pooling),
+    # mean (mean pooling) or last (the last token's hidden state), both under embedding.attention
+    method: str = "gircse"
     steps: int = 5  # K, the number of soft tokens (gircse)
     tau: float = 1.0  # soft-token softmax temperature (gircse)
     attention: str = "causal"  # attention among prompt tokens (gircse); grit is always bidirectional
@@ -145,7 +147,7 @@ class RunConfig:
 
 _CHOICES = {
     "model.dtype": ("float32", "bfloat16"),
-    "embedding.method": ("gircse", "grit"),
+    "embedding.method": ("gircse", "grit", "mean", "last"),
     "embedding.attention": ("causal", "bidirectional"),
     "embedding.prompt_format": (None, "chat", "plain"),
     "loss.reduction": ("mean", "sum"),
@@ -246,7 +248,7 @@ def validate(config: RunConfig) -> None:
             if item.weight is not None and not item.weight > 0:
                 raise ConfigError(f"{section}.files[{i}].weight must be > 0, got {item.weight}")
     if config.embedding.method == "grit" and config.embedding.attention != "causal":
-        raise ConfigError("embedding.attention applies to gircse only (grit is always bidirectional)")
+        raise ConfigError("embedding.attention does not apply to grit (it is always bidirectional)")
 
 
 def _get(config: Any, dotted: str) -> Any:

@@ -6,6 +6,8 @@
   reference's way, kept for the equivalence test and the benchmark). Only the last position goes
   through the LM head. Returns ``z_1..z_K`` (running means of the soft tokens' hidden states).
 - GRIT: one bidirectional pass, mean over the text tokens (instruction and template excluded).
+- Single-pass baselines (the GIRCSE paper's ablations): ``mean`` (mean over the text tokens) and
+  ``last`` (the last prompt token's hidden state), both under ``attention``.
 - Generative: one causal pass; the LM head runs only at positions that predict a response token.
 
 Gradient checkpointing recomputes each chunk of texts during the backward pass
@@ -24,7 +26,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..backbone.attention import run_decoder
 from ..encoders.batching import Batch, collate
-from ..encoders.pooling import masked_mean
+from ..encoders.pooling import last_token_pool, masked_mean
 from ..encoders.prompts import EncodedPrompt, encode_prompts
 from ..encoders.soft_tokens import generate_soft_tokens, output_head
 from .data.generative import IGNORE, GenerativeBatch
@@ -36,10 +38,10 @@ __all__ = ["EmbedSettings", "embed_batch", "response_logits", "running_means", "
 class EmbedSettings:
     """How texts become training embeddings."""
 
-    method: str = "gircse"  # gircse or grit
+    method: str = "gircse"  # gircse, grit, mean or last
     steps: int = 5  # K (gircse)
     tau: float = 1.0  # soft-token temperature (gircse)
-    attention: str = "causal"  # prompt attention (gircse); grit is bidirectional
+    attention: str = "causal"  # prompt attention (gircse, mean, last); grit is bidirectional
     use_cache: bool = True  # KV-cached soft tokens (gircse)
     checkpoint_chunk: int = 0  # > 0: gradient checkpointing over chunks of this many texts
 
@@ -83,14 +85,17 @@ def _embed_tensors(
             use_cache=settings.use_cache,
         )
         return running_means(out.hidden)  # (B, K, D)
+    attention = "bidirectional" if settings.method == "grit" else settings.attention
     hidden = run_decoder(
-        model, input_ids=input_ids, attention_mask=attention_mask, attention="bidirectional"
+        model, input_ids=input_ids, attention_mask=attention_mask, attention=attention
     ).last_hidden_state
+    if settings.method == "last":
+        return last_token_pool(hidden)[:, None]  # (B, 1, D): left padding puts every last token at -1
     return masked_mean(hidden, text_mask)[:, None]  # (B, 1, D)
 
 
 def embed_batch(model: Any, batch: Batch, settings: EmbedSettings) -> torch.Tensor:
-    """Training embeddings ``(B, K, D)`` (``K = 1`` for grit), differentiable."""
+    """Training embeddings ``(B, K, D)`` (``K = 1`` for the single-pass methods), differentiable."""
     chunk = settings.checkpoint_chunk
     if chunk <= 0 or not torch.is_grad_enabled():
         return _embed_tensors(model, settings, batch.input_ids, batch.attention_mask, batch.text_mask)
