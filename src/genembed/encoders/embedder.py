@@ -24,7 +24,7 @@ import torch
 from ..backbone.attention import check_attention, run_decoder
 from .batching import collate, length_sorted_batches
 from .fast_decoder import FastDecoder
-from .pooling import last_token_pool, masked_mean
+from .pooling import last_token_pool, masked_mean, running_means
 from .prompts import PROMPT_FORMATS, encode_prompts
 from .soft_tokens import generate_soft_tokens
 
@@ -189,8 +189,7 @@ def _encode_batch(
                 use_cache=options.use_cache,
                 stop_tol=stop_tol,
             )
-        counts = torch.arange(1, out.hidden.shape[1] + 1, device=out.hidden.device, dtype=out.hidden.dtype)
-        z = out.hidden.cumsum(dim=1) / counts[None, :, None]  # (B, K, D): z_k = mean(h_1..h_k)
+        z = running_means(out.hidden)  # (B, K, D)
         if return_all_steps:
             return z, out.steps_used
         if options.adaptive:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["last_token_pool", "masked_mean"]
+__all__ = ["last_token_pool", "masked_mean", "running_means"]
 
 
 def masked_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -20,3 +20,9 @@ def masked_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def last_token_pool(hidden: torch.Tensor) -> torch.Tensor:
     """The last position's hidden state; with left padding that is every row's last real token."""
     return hidden[:, -1]
+
+
+def running_means(hidden: torch.Tensor) -> torch.Tensor:
+    """GIRCSE's step embeddings ``z_k = mean(h_1..h_k)`` for every k: ``(B, K, D)`` -> ``(B, K, D)``."""
+    counts = torch.arange(1, hidden.shape[1] + 1, device=hidden.device, dtype=hidden.dtype)
+    return hidden.cumsum(dim=1) / counts[None, :, None]

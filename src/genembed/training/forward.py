@@ -26,7 +26,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..backbone.attention import run_decoder
 from ..encoders.batching import Batch, collate
-from ..encoders.pooling import last_token_pool, masked_mean
+from ..encoders.pooling import last_token_pool, masked_mean, running_means
 from ..encoders.prompts import EncodedPrompt, encode_prompts
 from ..encoders.soft_tokens import generate_soft_tokens, output_head
 from .data.generative import IGNORE, GenerativeBatch
@@ -63,12 +63,6 @@ def tokenize_texts(
         for i, prompt in zip(indices, encoded, strict=True):
             prompts[i] = prompt
     return collate(prompts, tokenizer.pad_token_id)  # type: ignore[arg-type]
-
-
-def running_means(hidden: torch.Tensor) -> torch.Tensor:
-    """``z_k = mean(h_1..h_k)`` for every k: ``(B, K, D)`` -> ``(B, K, D)``."""
-    counts = torch.arange(1, hidden.shape[1] + 1, device=hidden.device, dtype=hidden.dtype)
-    return hidden.cumsum(dim=1) / counts[None, :, None]
 
 
 def _embed_tensors(
