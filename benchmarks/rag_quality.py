@@ -28,6 +28,10 @@ Run (one method per locked run; about 20 minutes each on 2 busy CPU cores):
     flock /tmp/genembed-cpu.lock .venv/bin/python benchmarks/rag_quality.py --method mean
     flock /tmp/genembed-cpu.lock .venv/bin/python benchmarks/rag_quality.py --method grit
     flock /tmp/genembed-cpu.lock .venv/bin/python benchmarks/rag_quality.py --method gircse
+
+With a GRIT jointly trained adapter (one set of weights for retrieval, KV states and generation):
+
+    .venv/bin/python benchmarks/rag_quality.py --method grit --adapter runs/grit-smollm2
 """
 
 from __future__ import annotations
@@ -125,6 +129,9 @@ def gold_nll(model, context, gold_ids: list[int]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--method", default="mean", help="index embedding method: gircse, mean or grit")
+    parser.add_argument(
+        "--adapter", default=None, help="a GRIT jointly trained adapter (used for both modes); default: raw backbone"
+    )
     parser.add_argument("--questions", type=int, default=30)
     parser.add_argument("--top-k", type=int, default=2, help="passages per prompt")
     parser.add_argument("--max-new-tokens", type=int, default=32)
@@ -141,7 +148,9 @@ def main() -> None:
     from genembed.retrieval.rag import Source, build_context, generate_from_context, retrieve
 
     torch.set_num_threads(args.threads)
-    model = genembed.load(adapter=False)
+    model = genembed.load(adapter=args.adapter or False)
+    if args.adapter and not model.generation_adapter:
+        parser.error(f"{args.adapter} was not trained for generation: KV states cannot be reused across modes")
     tok = model.backbone.tokenizer
     questions, docs = _load(args.questions, args.seed)
     per_question = []
@@ -214,7 +223,7 @@ def main() -> None:
         "per_question": per_question,
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"rag_quality_{args.method}.json"
+    path = args.out / f"rag_quality_{args.method}{'_' + Path(args.adapter).name if args.adapter else ''}.json"
     path.write_text(json.dumps(report, indent=2, ensure_ascii=False))
     print(json.dumps({k: report[k] for k in ("retrieval_hit_rate", "summary")}, indent=2))
     print(f"wrote {path}")

@@ -8,7 +8,7 @@ from pathlib import Path
 from .backbone.loading import load_backbone
 from .model import GenerativeEmbedder
 
-__all__ = ["DEFAULT_ADAPTER", "default_adapter", "load"]
+__all__ = ["DEFAULT_ADAPTER", "default_adapter", "load", "trained_for_generation"]
 
 # the GIRCSE LoRA adapter trained for the bundled backbone (configs/gircse-smollm2.yaml, MODEL_CARD.md)
 DEFAULT_ADAPTER = Path(__file__).parent / "adapters" / "smollm2-135m-gircse"
@@ -34,7 +34,9 @@ def load(
             file, or a hub id already in the local HF cache. Nothing is downloaded.
         adapter: a LoRA adapter folder (as written by ``genembed train``). None: the shipped GIRCSE
             adapter when ``model`` is the bundled default, none for any other model. False: none
-            (the raw backbone).
+            (the raw backbone). A GRIT jointly trained adapter (see :func:`trained_for_generation`)
+            is used for generation too (``model.generation_adapter = True``); an embedding-only adapter,
+            like the shipped one, only for embedding.
         dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"``.
         device: a torch device, e.g. ``"cpu"`` or ``"cuda:0"``.
         tau: GIRCSE soft-token softmax temperature.
@@ -45,12 +47,31 @@ def load(
     backbone = load_backbone(model, dtype=dtype, device=device)
     if adapter is None and model is None:
         adapter = default_adapter()
-    adapter_name = None
+    adapter_name, joint = None, False
     if adapter not in (None, False):
         adapter_path = Path(os.path.expanduser(str(adapter)))
         attach_adapter(backbone, adapter_path)
-        adapter_name = adapter_path.name
-    return GenerativeEmbedder(backbone, tau=tau, adapter=adapter_name)
+        adapter_name, joint = adapter_path.name, trained_for_generation(adapter_path)
+    model = GenerativeEmbedder(backbone, tau=tau, adapter=adapter_name)
+    model.generation_adapter = joint
+    return model
+
+
+def trained_for_generation(adapter_path: str | os.PathLike) -> bool:
+    """Whether the adapter in ``adapter_path`` was trained with a next-token loss (GRIT joint training).
+
+    Read from the training config saved beside it (``genembed_train.yaml`` or ``training_config.yaml``):
+    generative files with a positive weight. Such an adapter also runs chat, reranking and RAG; an
+    embedding-only one (or one without a saved config) leaves them on the base weights.
+    """
+    import yaml
+
+    for name in ("genembed_train.yaml", "training_config.yaml"):
+        path = Path(adapter_path) / name
+        if path.is_file():
+            generative = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("generative") or {}
+            return bool(generative.get("files")) and float(generative.get("weight", 1.0)) > 0
+    return False
 
 
 def attach_adapter(backbone, adapter_path: Path) -> None:

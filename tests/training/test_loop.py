@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import yaml
 
 import genembed
 from genembed.backbone import Backbone
@@ -13,6 +15,8 @@ from genembed.training.data import ContrastiveStream, FileSpec
 from genembed.training.forward import EmbedSettings, tokenize_texts
 from genembed.training.losses import ICRLoss
 from genembed.training.objective import Objective
+
+ASSETS = Path(__file__).resolve().parents[1] / "assets" / "training"
 
 
 def _eval_loss(model, tokenizer, assets, steps=3):
@@ -63,6 +67,28 @@ def test_adapter_folder_loads_back_with_genembed_load(tmp_path, tiny_folder, run
     expected = trained.encode(texts, steps=3)
     np.testing.assert_allclose(loaded.encode(texts, steps=3), expected, atol=1e-5)
     assert not np.allclose(base.encode(texts, steps=3), expected, atol=1e-3)  # training changed the embeddings
+
+
+def test_a_jointly_trained_adapter_also_generates_an_embedding_only_one_does_not(tmp_path, tiny_folder, run_config):
+    generative = {"files": [str(ASSETS / "chat.jsonl")], "batch_size": 2, "max_length": 48}
+    train(
+        run_config(
+            tmp_path / "joint", tiny_folder, embedding={"method": "grit"}, generative=generative, train={"max_steps": 1}
+        )
+    )
+    train(run_config(tmp_path / "embed", tiny_folder, train={"max_steps": 1}))
+    joint = genembed.load(tiny_folder, adapter=tmp_path / "joint")
+    assert joint.generation_adapter is True and genembed.loading.trained_for_generation(tmp_path / "joint")
+    assert genembed.load(tiny_folder, adapter=tmp_path / "embed").generation_adapter is False
+    assert genembed.load(tiny_folder).generation_adapter is False
+    # the shipped GIRCSE adapter was trained for embeddings only: chat keeps the base weights
+    assert not genembed.loading.trained_for_generation(genembed.loading.DEFAULT_ADAPTER)
+    # a weight of 0 turns the next-token loss off
+    saved = tmp_path / "joint" / "genembed_train.yaml"
+    config = yaml.safe_load(saved.read_text())
+    config["generative"]["weight"] = 0.0
+    saved.write_text(yaml.safe_dump(config))
+    assert not genembed.loading.trained_for_generation(tmp_path / "joint")
 
 
 def test_full_fine_tuning_saves_a_loadable_model(tmp_path, tiny_folder, run_config):

@@ -38,3 +38,17 @@ def test_generation_is_deterministic_resumable_and_readable_as_training_data(tmp
     ]
     rows = read_generative(tmp_path / "full.jsonl")
     assert len(rows) == 6 and all(r.messages[0][0] == "user" and r.messages[1][0] == "assistant" for r in rows)
+
+
+def test_offset_gives_a_held_aside_split_disjoint_from_the_training_prompts(tmp_path, tiny, assets):
+    prompts = read_prompts([assets / "similar.jsonl"])
+    kwargs = {"max_new_tokens": 6, "batch_size": 4, "temperature": 1.0, "seed": 5, "progress": False}
+    train = generate_responses(tiny, prompts, tmp_path / "train.jsonl", limit=4, **kwargs).read_text()
+    held = generate_responses(tiny, prompts, tmp_path / "held.jsonl", offset=4, limit=3, **kwargs).read_text()
+    both = generate_responses(tiny, prompts, tmp_path / "both.jsonl", limit=7, **kwargs).read_text()
+    train_prompts = [json.loads(x)["prompt"] for x in train.splitlines()]
+    held_prompts = [json.loads(x)["prompt"] for x in held.splitlines()]
+    assert len(held_prompts) == 3 and not set(train_prompts) & set(held_prompts)
+    assert train_prompts + held_prompts == [json.loads(x)["prompt"] for x in both.splitlines()]
+    with pytest.raises(ValueError, match="offset must be >= 0"):
+        generate_responses(tiny, prompts, tmp_path / "x.jsonl", offset=-1, **kwargs)

@@ -2,6 +2,7 @@
 generative training data (``{"prompt", "response"}`` lines) for joint GRIT training.
 
     genembed make-gen-data ../shared/data/train/*.jsonl --out runs/selfgen.jsonl --limit 2000
+    genembed make-gen-data ../shared/data/train/*.jsonl --out runs/heldout.jsonl --offset 2000 --limit 200
 """
 
 from __future__ import annotations
@@ -22,13 +23,19 @@ def make_gen_data(
     dtype: DtypeOpt = "float32",
     field: Annotated[str | None, typer.Option("--field", help="JSON field holding the prompt")] = None,
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="answer at most this many prompts")] = None,
+    offset: Annotated[
+        int, typer.Option("--offset", min=0, help="skip this many shuffled prompts first (a held-aside split)")
+    ] = 0,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", min=1)] = 128,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1)] = 8,
     temperature: Annotated[float, typer.Option("--temperature", min=0.0, help="0 = greedy")] = 0.0,
     top_p: Annotated[float, typer.Option("--top-p", min=0.0, max=1.0)] = 1.0,
     seed: Annotated[int, typer.Option("--seed")] = 0,
 ) -> None:
-    """Generate responses to prompts with the (base) model and write generative training data."""
+    """Generate responses to prompts with the base model and write generative training data.
+
+    Without ``--adapter`` the raw backbone answers (not the embedding adapter shipped as the default).
+    """
     from genembed.training.data import DataError
     from genembed.training.selfgen import generate_responses, read_prompts
 
@@ -37,7 +44,7 @@ def make_gen_data(
     except DataError as exc:
         typer.secho(f"error: {exc}", fg="red", err=True)
         raise typer.Exit(2) from exc
-    loaded = load_model(model, adapter, dtype)
+    loaded = load_model(model, adapter or "none", dtype)
     path = generate_responses(
         loaded.backbone,
         prompts,
@@ -48,6 +55,7 @@ def make_gen_data(
         top_p=top_p,
         seed=seed,
         limit=limit,
+        offset=offset,
     )
     rows = sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
     typer.echo(f"wrote {rows} prompt/response pairs to {path}")

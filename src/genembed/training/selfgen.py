@@ -6,9 +6,10 @@ answers to the training queries keep it close to what it already does, without o
     genembed make-gen-data ../shared/data/train/*.jsonl --out runs/selfgen.jsonl --limit 2000
 
 Prompts are read from contrastive files (``query``), prompt files (``prompt`` or ``text``) or plain
-text (one per line), de-duplicated, shuffled with the seed and cut to ``limit``. Prompts are rendered
-as the chat mode renders them (:func:`genembed.generation.chat.chat_prompt_ids`) and answered in
-batches with transformers' ``generate``. The output is written to ``OUT.partial`` as it goes (a rerun
+text (one per line), de-duplicated, shuffled with the seed, and cut to ``limit`` after skipping
+``offset`` (a held-aside split). Prompts are rendered as the chat mode renders them
+(:func:`genembed.generation.chat.chat_prompt_ids`) and answered in batches with transformers'
+``generate``. The output is written to ``OUT.partial`` as it goes (a rerun
 continues after the last finished batch) and renamed to ``OUT`` when complete.
 """
 
@@ -68,6 +69,7 @@ def generate_responses(
     top_p: float = 1.0,
     seed: int = 0,
     limit: int | None = None,
+    offset: int = 0,
     progress: bool = True,
 ) -> Path:
     """Answer ``prompts`` with the model and write ``{"prompt", "response"}`` lines to ``out``.
@@ -81,6 +83,8 @@ def generate_responses(
         temperature: 0 for greedy decoding; otherwise sampling with ``top_p``.
         seed: prompt order and sampling seed (a resumed run makes the same choices).
         limit: answer at most this many prompts.
+        offset: skip this many shuffled prompts first; with the same ``seed``, ``offset=N`` gives prompts
+            disjoint from a run with ``limit=N`` (a held-aside split).
         progress: show a progress bar.
 
     Returns:
@@ -89,7 +93,10 @@ def generate_responses(
     if max_new_tokens < 1 or batch_size < 1:
         raise ValueError(f"max_new_tokens and batch_size must be >= 1, got {max_new_tokens} and {batch_size}")
     order = np.random.default_rng(seed).permutation(len(prompts))
-    chosen = [prompts[i] for i in order[: limit if limit is not None else len(prompts)]]
+    if offset < 0:
+        raise ValueError(f"offset must be >= 0, got {offset}")
+    stop = len(prompts) if limit is None else offset + limit
+    chosen = [prompts[i] for i in order[offset:stop]]
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(out.name + ".partial")
