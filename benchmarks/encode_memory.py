@@ -86,8 +86,17 @@ def main() -> None:
                 rows.append({"model": label, "documents": n, **result})
                 rss, wall = result["peak_rss_mb"], result["wall_seconds"]
                 print(f"{label:<14} {n:>7} docs: peak RSS {rss:8.1f} MB, {wall:7.1f} s", flush=True)
+    from genembed.backbone import default_dtype
+
     report = {
-        "config": {"method": "gircse", "steps": 5, "shard_size": 4096, "batch_size": 32, "distinct_texts": len(texts)},
+        "config": {
+            "method": "gircse",
+            "steps": 5,
+            "shard_size": 4096,
+            "batch_size": 32,
+            "dtype": default_dtype("cpu"),  # genembed encode's --dtype auto on this machine
+            "distinct_texts": len(texts),
+        },
         "git_commit": git_commit(),
         "rows": rows,
     }

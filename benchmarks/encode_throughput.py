@@ -147,7 +147,7 @@ def load_models(bf16: bool) -> tuple:
 
     import genembed
 
-    model = genembed.load(adapter=False)
+    model = genembed.load(adapter=False, dtype="float32")
     # Pinned to the plain text modality: by default sentence-transformers 6 wraps every text of a model that
     # has a chat template in that template (with SmolLM2's long default system prompt), which changes the
     # embedding and adds ~30 tokens per text; mean pooling over the text itself is the like-for-like baseline.

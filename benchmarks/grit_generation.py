@@ -99,7 +99,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     import genembed
 
-    raw = genembed.load(adapter=False)
+    raw = genembed.load(adapter=False, dtype="float32")
     heldout = heldout_items(raw.backbone.tokenizer, args.heldout, args.max_length)
     texts = text_items(raw.backbone.tokenizer, args.texts, 128)
     rows = [measure("raw backbone", raw, heldout, texts, args.max_new_tokens)]
@@ -107,7 +107,7 @@ def main() -> None:
     candidates = [("shipped GIRCSE adapter (embedding-only)", genembed.loading.DEFAULT_ADAPTER)]
     candidates += [(f"adapter {a}", Path(a)) for a in args.adapter]
     for name, folder in candidates:
-        model = genembed.load(adapter=folder)
+        model = genembed.load(adapter=folder, dtype="float32")
         row = measure(name, model, heldout, texts, args.max_new_tokens)
         row["trained_for_generation"] = genembed.loading.trained_for_generation(folder)
         rows.append(row)

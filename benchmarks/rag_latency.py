@@ -142,7 +142,7 @@ def main() -> None:
     from genembed.retrieval.index_build import build_index
 
     torch.set_num_threads(args.threads)
-    model = genembed.load(adapter=False)
+    model = genembed.load(adapter=False, dtype="float32")
     tok = model.backbone.tokenizer
     corpus = (REPO / "src" / "genembed" / "data" / "sample_corpus.jsonl").read_text().splitlines()
     seed_text = " ".join(json.loads(line)["text"] for line in corpus)

@@ -148,7 +148,7 @@ def main() -> None:
     from genembed.retrieval.rag import Source, build_context, generate_from_context, retrieve
 
     torch.set_num_threads(args.threads)
-    model = genembed.load(adapter=args.adapter or False)
+    model = genembed.load(adapter=args.adapter or False, dtype="float32")
     if args.adapter and not model.generation_adapter:
         parser.error(f"{args.adapter} was not trained for generation: KV states cannot be reused across modes")
     tok = model.backbone.tokenizer

@@ -9,7 +9,12 @@ resumes where it stopped.
 Run (2 shared CPU cores: ~15 min to embed the 1,611 scifact documents once, then 7-9 s per query to
 rerank its top 10; ``--scoring`` is ``yes_no`` or ``query_likelihood``):
 
-    flock /tmp/genembed-cpu.lock .venv/bin/python benchmarks/rerank_scifact.py --method mean \\
+    flock /tmp/genembed-cpu.lock .venv/bin/python benchmarks/rerank_scifact.py --adapter none --method mean \\
+        --scoring query_likelihood --out benchmarks/results/rerank_scifact
+
+With a GRIT jointly trained adapter (first stage and reranking both with it):
+
+    .venv/bin/python benchmarks/rerank_scifact.py --adapter runs/grit-smollm2 --method grit \\
         --scoring query_likelihood --out benchmarks/results/rerank_scifact
 
 Quick check on a subset (the task loader's ``limit``: the first N queries, their judged documents
@@ -43,7 +48,8 @@ def _atomic_save_npy(path: Path, array: np.ndarray) -> None:
 
 def doc_embeddings(model, texts: list[str], encode_kwargs: dict, out: Path, batch_size: int) -> np.ndarray:
     """Embed documents once; cached by model, settings and the exact texts."""
-    key = hashlib.sha256(json.dumps([model.name, encode_kwargs, texts], sort_keys=True).encode()).hexdigest()[:16]
+    weights = [model.name, str(model.backbone.model.dtype)]
+    key = hashlib.sha256(json.dumps([weights, encode_kwargs, texts], sort_keys=True).encode()).hexdigest()[:16]
     path = out / f"doc_embeddings-{key}.npy"
     if path.is_file():
         return np.load(path)
@@ -56,13 +62,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", type=Path, default=DEFAULT_TASK, help="retrieval task folder")
     parser.add_argument("--model", default=None, help="model (default: bundled SmolLM2-135M-Instruct)")
-    parser.add_argument("--adapter", default=None, help="LoRA adapter folder")
-    parser.add_argument("--generation-adapter", action="store_true", help="rerank with the adapter enabled")
+    parser.add_argument(
+        "--adapter", default=None, help="LoRA adapter folder; 'none' for the raw backbone (default: genembed.load's)"
+    )
+    parser.add_argument(
+        "--generation-adapter",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="rerank with / without the adapter (default: with it only if it was trained jointly)",
+    )
     parser.add_argument("--method", default="mean", help="embedding method: gircse, mean, last or grit")
     parser.add_argument("--steps", type=int, default=5, help="GIRCSE soft tokens K")
     parser.add_argument("--rerank-top", type=int, default=10, help="candidates reranked per query")
     parser.add_argument("--scoring", default="yes_no", help="rerank scoring: yes_no or query_likelihood")
     parser.add_argument("--max-length", type=int, default=512, help="tokens per document (embedding and rerank)")
+    parser.add_argument("--dtype", default="float32", help="weights dtype (the measured rows used float32)")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--limit", type=int, default=None, help="quick run on a subset (see the docstring)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
@@ -80,8 +94,10 @@ def main() -> None:
     task = load_task(args.task, limit=args.limit)
     data = task.data
     args.out.mkdir(parents=True, exist_ok=True)
-    model = genembed.load(args.model, adapter=args.adapter)
-    model.generation_adapter = args.generation_adapter
+    adapter = False if args.adapter == "none" else args.adapter
+    model = genembed.load(args.model, adapter=adapter, dtype=args.dtype)
+    if args.generation_adapter is not None:
+        model.generation_adapter = args.generation_adapter
     encode_kwargs = {"method": args.method, "max_length": args.max_length}
     if args.method == "gircse":
         encode_kwargs["steps"] = args.steps
@@ -89,7 +105,8 @@ def main() -> None:
         "task": task.name,
         "limit": args.limit,
         "model": model.name,
-        "generation_adapter": args.generation_adapter,
+        "generation_adapter": model.generation_adapter,
+        "dtype": args.dtype,
         "encode": encode_kwargs,
         "rerank_top": args.rerank_top,
         "rerank_scoring": args.scoring,
@@ -161,7 +178,8 @@ def main() -> None:
         "seconds": {"embed_documents (0 when cached)": embed_seconds, "search_and_rerank (this run)": search_seconds},
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
     }
-    path = args.out / f"result-{args.method}-{args.scoring}{'-limit' + str(args.limit) if args.limit else ''}.json"
+    tag = f"-{Path(args.adapter).name}" if args.adapter and args.adapter != "none" else ""
+    path = args.out / f"result-{args.method}{tag}-{args.scoring}{'-limit' + str(args.limit) if args.limit else ''}.json"
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, path)

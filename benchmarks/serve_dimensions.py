@@ -35,7 +35,7 @@ def main() -> None:
     from genembed.serve.embeddings import truncate_dimensions
 
     task = load_task(args.task)
-    model = genembed.load(args.model)
+    model = genembed.load(args.model, dtype="float32")
     texts = list(dict.fromkeys(task.data.s1 + task.data.s2))
     row = {t: i for i, t in enumerate(texts)}
     t0 = time.perf_counter()

@@ -88,7 +88,7 @@ def main() -> None:
     from genembed.training.objective import Objective
 
     data = next(p for p in DATA if p.is_file())
-    backbone = genembed.load(adapter=False).backbone
+    backbone = genembed.load(adapter=False, dtype="float32").backbone
     model = make_trainable(backbone.model, lora=True, r=args.lora_r, alpha=2.0 * args.lora_r, dropout=0.0)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
     loss = ICRLoss(0.02, 1.0)

@@ -4,12 +4,18 @@ for tests marked ``slow``, the real default model."""
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 
 import pytest
 import torch
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+
+# genembed.load() defaults to bfloat16 on CPUs that compute it natively; the tests compare against
+# float32 references with tight tolerances, so they load float32 unless a test asks otherwise
+# (tests/backbone/test_loading.py checks the automatic choice itself). Subprocesses inherit it.
+os.environ["GENEMBED_DTYPE"] = "float32"
 
 
 @pytest.fixture(scope="session", autouse=True)

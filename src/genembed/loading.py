@@ -22,7 +22,7 @@ def default_adapter() -> Path | None:
 def load(
     model: str | os.PathLike | None = None,
     adapter: str | os.PathLike | None | bool = None,
-    dtype: str = "float32",
+    dtype: str = "auto",
     device: str = "cpu",
     *,
     tau: float = 1.0,
@@ -37,7 +37,10 @@ def load(
             (the raw backbone). A GRIT jointly trained adapter (see :func:`trained_for_generation`)
             is used for generation too (``model.generation_adapter = True``); an embedding-only adapter,
             like the shipped one, only for embedding.
-        dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"``.
+        dtype: ``"auto"`` (default: bfloat16 where the device computes it natively, such as CPUs with
+            AVX512-BF16 or AMX, else float32; see :func:`genembed.backbone.default_dtype`; the
+            environment variable ``GENEMBED_DTYPE`` overrides it), ``"float32"``, ``"bfloat16"`` or
+            ``"float16"``.
         device: a torch device, e.g. ``"cpu"`` or ``"cuda:0"``.
         tau: GIRCSE soft-token softmax temperature.
 

@@ -31,7 +31,7 @@ def test_uncached_hub_id_fails_fast_with_instructions(tmp_path, monkeypatch):
 
 
 def test_bad_dtype():
-    with pytest.raises(ValueError, match="dtype must be one of"):
+    with pytest.raises(ValueError, match="dtype must be .auto. or one of"):
         resolve_dtype("float8")
     assert resolve_dtype("bf16") is torch.bfloat16
 
@@ -113,3 +113,26 @@ def test_default_model_loads_from_converted_cache(real_model):
     assert real_model.dim == 576
     assert os.path.isfile(os.path.join(real_model.backbone.path, "model.safetensors"))
     assert "quantization_config" not in config.to_dict()
+
+
+def test_auto_dtype_is_bfloat16_only_where_the_hardware_computes_it(monkeypatch, tiny, tmp_path):
+    from genembed.backbone import default_dtype, resolve_dtype
+
+    monkeypatch.delenv("GENEMBED_DTYPE", raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    assert default_dtype("cpu") == "bfloat16" and resolve_dtype("auto") is torch.bfloat16
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False, raising=False)
+    assert default_dtype("cpu") == "float32" and resolve_dtype("auto", "cpu") is torch.float32
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+    assert default_dtype("cpu") == "bfloat16"
+    monkeypatch.setenv("GENEMBED_DTYPE", "fp32")  # the override wins
+    assert default_dtype("cpu") == "float32"
+    # genembed.load() follows the choice
+    tiny.model.save_pretrained(tmp_path)
+    tiny.tokenizer.save_pretrained(tmp_path)
+    monkeypatch.setenv("GENEMBED_DTYPE", "bfloat16")
+    assert genembed.load(tmp_path).backbone.model.dtype == torch.bfloat16
+    assert genembed.load(tmp_path, dtype="float32").backbone.model.dtype == torch.float32
+    with pytest.raises(ValueError, match="dtype must be 'auto' or one of"):
+        resolve_dtype("int8")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from .attention import Attention, check_attention, decoder_stack, position_ids_from_mask, run_decoder
 from .cache import atomic_directory, cache_root
 from .default_model import DEFAULT_MODEL_NAME, MissingModelError, default_gguf_path
-from .loading import Backbone, load_backbone, resolve_dtype
+from .loading import Backbone, default_dtype, load_backbone, resolve_dtype
 from .tiny import tiny_backbone
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "cache_root",
     "check_attention",
     "decoder_stack",
+    "default_dtype",
     "default_gguf_path",
     "load_backbone",
     "position_ids_from_mask",

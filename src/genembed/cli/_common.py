@@ -15,10 +15,15 @@ AdapterOpt = Annotated[
         "--adapter", "-a", help="LoRA adapter folder; 'none' for the raw backbone (default: the shipped adapter)"
     ),
 ]
-DtypeOpt = Annotated[str, typer.Option("--dtype", help="float32, bfloat16 or float16")]
+DtypeOpt = Annotated[
+    str,
+    typer.Option(
+        "--dtype", help="auto (bfloat16 where the CPU/GPU computes it natively, else float32), float32, bfloat16"
+    ),
+]
 
 
-def load_model(model: str | None, adapter: str | None, dtype: str = "float32") -> Any:
+def load_model(model: str | None, adapter: str | None, dtype: str = "auto") -> Any:
     """Load a model, turning a missing model into a clean CLI error instead of a traceback."""
     import genembed
     from genembed.backbone import MissingModelError

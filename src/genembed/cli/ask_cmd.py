@@ -28,7 +28,7 @@ def ask(
     seed: Annotated[int | None, typer.Option("--seed", help="seed for sampling")] = None,
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
-    dtype: DtypeOpt = "float32",
+    dtype: DtypeOpt = "auto",
 ) -> None:
     """Answer QUESTION from the passages of INDEX_DIR with one model (retrieval and generation)."""
     from rich.console import Console

@@ -26,17 +26,22 @@ def chat(
     seed: Annotated[int | None, typer.Option("--seed", help="seed for sampling")] = None,
     stop: Annotated[list[str] | None, typer.Option("--stop", help="stop string (repeatable)")] = None,
     generation_adapter: Annotated[
-        bool, typer.Option("--generation-adapter", help="chat with the adapter enabled (a GRIT jointly trained one)")
-    ] = False,
+        bool | None,
+        typer.Option(
+            "--generation-adapter/--no-generation-adapter",
+            help="chat with / without the adapter (default: with it only if it was trained jointly, GRIT)",
+        ),
+    ] = None,
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
-    dtype: DtypeOpt = "float32",
+    dtype: DtypeOpt = "auto",
 ) -> None:
     """Chat with the model in the terminal (replies stream as they are generated)."""
     if top_p <= 0.0:
         raise typer.BadParameter("--top-p must be > 0")
     loaded = load_model(model, adapter, dtype)
-    loaded.generation_adapter = generation_adapter
+    if generation_adapter is not None:
+        loaded.generation_adapter = generation_adapter
     messages: list[dict] = [{"role": "system", "content": system}] if system else []
     settings = {"max_new_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p, "seed": seed}
 

@@ -27,7 +27,7 @@ def encode(
     out: Annotated[Path, typer.Option("--out", "-o", help="output folder for shards (rerun to resume)")],
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
-    dtype: DtypeOpt = "float32",
+    dtype: DtypeOpt = "auto",
     method: Annotated[str, typer.Option("--method", help="gircse, mean, last or grit")] = "gircse",
     steps: Annotated[int, typer.Option("--steps", "-k", min=1, help="GIRCSE soft tokens K")] = 5,
     instruction: Annotated[str, typer.Option("--instruction", help="instruction for every text")] = "",

@@ -37,7 +37,7 @@ def eval_tasks(
         Path | None, typer.Option("--cache", help="embedding cache file (default ~/.cache/genembed/embeddings.sqlite)")
     ] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="encode everything, read and write no cache")] = False,
-    dtype: DtypeOpt = "float32",
+    dtype: DtypeOpt = "auto",
 ) -> None:
     """Evaluate on task folders with exactly the metrics of the task format (all x100)."""
     from genembed.eval import EmbeddingCache, GenembedEncoder, TaskFormatError, evaluate, find_task_dirs, load_task

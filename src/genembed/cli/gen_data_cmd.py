@@ -20,7 +20,7 @@ def make_gen_data(
     out: Annotated[Path, typer.Option("--out", "-o", help="generative JSONL to write")],
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
-    dtype: DtypeOpt = "float32",
+    dtype: DtypeOpt = "auto",
     field: Annotated[str | None, typer.Option("--field", help="JSON field holding the prompt")] = None,
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="answer at most this many prompts")] = None,
     offset: Annotated[

@@ -51,7 +51,7 @@ def build(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="replace an existing index at --out")] = False,
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
-    dtype: DtypeOpt = "float32",
+    dtype: DtypeOpt = "auto",
 ) -> None:
     """Chunk, embed and index SOURCES. Rerun the same command after an interruption to resume."""
     from genembed.retrieval.chunking import SourceError
@@ -98,7 +98,7 @@ def add(
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="chunks per forward pass")] = 16,
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
-    dtype: DtypeOpt = "float32",
+    dtype: DtypeOpt = "auto",
 ) -> None:
     """Append SOURCES to an index (same model and settings). Resumes like `build`."""
     from genembed.retrieval.chunking import SourceError

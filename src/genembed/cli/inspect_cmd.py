@@ -16,7 +16,7 @@ def inspect(
     top: Annotated[int, typer.Option("--top", min=1, help="tokens shown per step")] = 8,
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
-    dtype: DtypeOpt = "float32",
+    dtype: DtypeOpt = "auto",
 ) -> None:
     """Show the "embedding language": per step k, the most probable tokens of the soft token p_k."""
     from rich.console import Console

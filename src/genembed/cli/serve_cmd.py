@@ -14,7 +14,7 @@ _LIMITS = "Limits and batching"
 def serve(
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
-    dtype: DtypeOpt = "float32",
+    dtype: DtypeOpt = "auto",
     host: Annotated[str, typer.Option("--host", help="address to bind; loopback unless you mean to expose it")] = (
         "127.0.0.1"
     ),
@@ -24,9 +24,12 @@ def serve(
         typer.Option("--api-key", envvar="GENEMBED_API_KEY", help="require 'Authorization: Bearer KEY' on /v1/*"),
     ] = None,
     generation_adapter: Annotated[
-        bool,
-        typer.Option("--generation-adapter", help="chat and rerank with the adapter enabled (GRIT jointly trained)"),
-    ] = False,
+        bool | None,
+        typer.Option(
+            "--generation-adapter/--no-generation-adapter",
+            help="chat and rerank with / without the adapter (default: with it only if it was trained jointly)",
+        ),
+    ] = None,
     model_id: Annotated[str | None, typer.Option("--model-id", help="model name in responses")] = None,
     method: Annotated[str, typer.Option("--method", help="embedding method: gircse, mean, last or grit")] = "gircse",
     steps: Annotated[int, typer.Option("--steps", "-k", min=1, help="default GIRCSE soft tokens K")] = 5,
@@ -98,7 +101,8 @@ def serve(
 
         torch.set_num_threads(threads)
     loaded = load_model(model, adapter, dtype)
-    loaded.generation_adapter = generation_adapter
+    if generation_adapter is not None:
+        loaded.generation_adapter = generation_adapter
     shown = f"[{host}]" if ":" in host else host
     typer.echo(f"serving {settings.model_id or loaded.name} on http://{shown}:{port} (page at /, API docs at /docs)")
     run_server(

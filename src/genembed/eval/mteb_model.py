@@ -94,7 +94,7 @@ class GenembedMTEBModel(AbsEncoder):
         batch_size: int = 32,
         prompts_dict: dict[str, str] | None = None,
         instruct_documents: bool = False,
-        dtype: str = "float32",
+        dtype: str = "auto",
         **kwargs: Any,
     ):
         if model is None:
