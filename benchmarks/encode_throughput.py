@@ -161,26 +161,6 @@ def load_models(bf16: bool) -> tuple:
     return model, (genembed.load(adapter=False, dtype="bfloat16") if bf16 else None), st
 
 
-def two_pass_vocabulary(run: Callable[[list[str]], np.ndarray]) -> Callable[[list[str]], np.ndarray]:
-    """``run`` with the fast path's one-pass ``softmax(lm_head(h)/tau) @ E`` swapped for the plain two-pass
-    product (softmax over the whole vocabulary, then ``p @ E``): what the one-pass step saves."""
-    from genembed.encoders import fast_decoder
-
-    def two_pass(h, head, embed, tau=1.0, block=0):
-        probs = torch.softmax(torch.ops.mkldnn._linear_pointwise(h, head, None, "none", [], "").float() / tau, -1)
-        return torch.ops.mkldnn._linear_pointwise(probs.to(embed.dtype), embed.t(), None, "none", [], "")
-
-    def wrapped(texts: list[str]) -> np.ndarray:
-        original = fast_decoder.soft_embedding_one_pass
-        fast_decoder.soft_embedding_one_pass = two_pass
-        try:
-            return run(texts)
-        finally:
-            fast_decoder.soft_embedding_one_pass = original
-
-    return wrapped
-
-
 def build_systems(texts: list[str], batch_size: int, bf16: bool) -> tuple[list[System], dict]:
     from genembed.encoders import encode_prompts
 
@@ -249,13 +229,6 @@ def build_systems(texts: list[str], batch_size: int, bf16: bool) -> tuple[list[S
     )
     systems.append(
         System(
-            "genembed gircse K=5, two-pass vocab step",
-            two_pass_vocabulary(genembed_run(model, "gircse", 5)),
-            model_flops(config, chat, 5),
-        )
-    )
-    systems.append(
-        System(
             "genembed gircse K=5 (transformers path)",
             genembed_run(model, "gircse", 5, fast=False),
             model_flops(config, chat, 5),
@@ -297,7 +270,6 @@ def check_same_embeddings(systems: list[System], texts: list[str]) -> dict[str, 
         ("genembed mean", "sentence-transformers mean"),
         ("genembed mean", "genembed mean (transformers path)"),
         ("genembed gircse K=5", "genembed gircse K=5 (transformers path)"),
-        ("genembed gircse K=5", "genembed gircse K=5, two-pass vocab step"),
     ]
     if "genembed mean bf16" in by_name:
         pairs += [("genembed mean", "genembed mean bf16"), ("genembed gircse K=5", "genembed gircse K=5 bf16")]

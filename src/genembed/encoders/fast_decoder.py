@@ -9,9 +9,6 @@ explained in ``docs/performance.md``):
   and RMSNorm is one fused kernel: several memory-bound passes per layer fewer.
 - Batches are right-padded, so prefill attention is the causal flash kernel with no mask at all (it also
   skips the masked half of the score matrix); only single-token soft-token steps take a small key mask.
-- A GIRCSE step's ``softmax(lm_head(h) / tau) @ E`` runs in one blocked pass over the vocabulary with an
-  online softmax (:func:`soft_embedding_one_pass`): the output head and ``E`` (the same matrix when tied)
-  are read once per step while in cache, and the ``(B, V)`` probabilities are never materialised.
 - GIRCSE steps write one slot of a preallocated KV cache in place: no cache concatenation and no 4D mask
   construction per step, and one ``(B, 1, D)`` pass through the layers.
 - For GIRCSE, only the prompt's last position is carried through the last layer's MLP (the other
@@ -42,7 +39,7 @@ import torch.nn.functional as F
 from ..backbone.attention import decoder_stack
 from .soft_tokens import SoftTokenOutput, output_head, soft_token_loop
 
-__all__ = ["FastDecoder", "KVCache", "right_pad", "soft_embedding_one_pass"]
+__all__ = ["FastDecoder", "KVCache", "right_pad"]
 
 _ARCHITECTURES = ("llama", "mistral", "qwen2")
 _LAYER_PARTS = (
@@ -185,38 +182,6 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     """Rotary embedding ``x * cos + rotate_half(x) * sin``; ``x`` ``(B, heads, T, hd)``, cos/sin ``(B, 1, T, hd)``."""
     half = x.shape[-1] // 2
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
-
-
-def soft_embedding_one_pass(
-    h: torch.Tensor, head: torch.Tensor, embed: torch.Tensor, tau: float = 1.0, block: int = 2048
-) -> torch.Tensor:
-    """``softmax(h @ head^T / tau) @ embed`` in one pass over the vocabulary; ``h`` ``(B, D)``, ``head`` and
-    ``embed`` ``(V, D)``; returns ``(B, D)`` in ``embed``'s dtype.
-
-    A GIRCSE step multiplies a few rows by the output head and then by the embedding matrix (113 MB each
-    in float32 for the default model), so it is bound by reading them, not by arithmetic. Going over the
-    vocabulary in blocks with an online softmax (the running max and sum of flash attention) uses each
-    block of both matrices while it is in cache, never materialises the ``(B, V)`` probabilities, and
-    reads the tied matrix once instead of twice (``benchmarks/encode_throughput.py``). The result equals
-    the two-pass product up to float rounding (tested).
-    """
-    rows = h.shape[0]
-    peak = torch.full((rows, 1), float("-inf"), device=h.device)
-    total = torch.zeros((rows, 1), device=h.device)
-    out = torch.zeros((rows, embed.shape[1]), device=h.device)
-    for start in range(0, head.shape[0], block):
-        logits = torch.ops.mkldnn._linear_pointwise(h, head[start : start + block], None, "none", [], "").float()
-        logits = logits / tau if tau != 1.0 else logits
-        new_peak = torch.maximum(peak, logits.amax(dim=-1, keepdim=True))
-        rescale = torch.exp(peak - new_peak)
-        weights = torch.exp(logits - new_peak)
-        total = total * rescale + weights.sum(dim=-1, keepdim=True)
-        part = torch.ops.mkldnn._linear_pointwise(
-            weights.to(embed.dtype), embed[start : start + block].t(), None, "none", [], ""
-        )
-        out = out * rescale + part.float()
-        peak = new_peak
-    return (out / total).to(embed.dtype)
 
 
 def right_pad(input_ids: torch.Tensor, attention_mask: torch.Tensor, *rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -411,16 +376,11 @@ class FastDecoder:
         input_ids, lengths = right_pad(input_ids, attention_mask)
         h_0, cache = self.prefill(input_ids, lengths, causal=causal, cache_steps=steps)
         head, embed = output_head(self.model)
-        linear_head = _effective(head)
-        if linear_head is not None and linear_head.bias is None:
-
-            def soft_embedding(h: torch.Tensor) -> tuple[None, torch.Tensor]:
-                return None, soft_embedding_one_pass(h, linear_head.weight, embed, tau)
-
-            return soft_token_loop(h_0, lambda d_k, k: self.step(d_k, cache), soft_embedding, steps, stop_tol)
 
         def soft_embedding(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             probs = torch.softmax(_linear(head, h).float() / tau, dim=-1)  # (B, V)
+            if _ONEDNN:  # p @ E as a linear with weight E^T (a view): 2x faster than torch.mm (MKL) here
+                return probs, torch.ops.mkldnn._linear_pointwise(probs.to(embed.dtype), embed.t(), None, "none", [], "")
             return probs, probs.to(embed.dtype) @ embed
 
         return soft_token_loop(h_0, lambda d_k, k: self.step(d_k, cache), soft_embedding, steps, stop_tol)

@@ -92,9 +92,9 @@ def generate_responses(
     """
     if max_new_tokens < 1 or batch_size < 1:
         raise ValueError(f"max_new_tokens and batch_size must be >= 1, got {max_new_tokens} and {batch_size}")
-    order = np.random.default_rng(seed).permutation(len(prompts))
     if offset < 0:
         raise ValueError(f"offset must be >= 0, got {offset}")
+    order = np.random.default_rng(seed).permutation(len(prompts))
     stop = len(prompts) if limit is None else offset + limit
     chosen = [prompts[i] for i in order[offset:stop]]
     out = Path(out)
