@@ -28,13 +28,13 @@ run: $(STAMP)
 	$(VENV)/bin/genembed demo
 
 test: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks scripts
+	$(VENV)/bin/ruff format --check src tests benchmarks scripts
 	$(PY) -m pytest -q
 
 format: $(STAMP)
-	$(VENV)/bin/ruff format src tests benchmarks
-	$(VENV)/bin/ruff check --fix src tests benchmarks
+	$(VENV)/bin/ruff format src tests benchmarks scripts
+	$(VENV)/bin/ruff check --fix src tests benchmarks scripts
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -137,6 +138,20 @@ def test_interrupted_and_resumed_run_ends_where_an_uninterrupted_one_does(
             torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=name)
 
 
+def test_resume_may_switch_gradient_checkpointing_on(tmp_path, tiny_folder, run_config):
+    # a memory setting that may change on resume; without dropout it does not change the result
+    sections = {"lora": {"r": 8, "alpha": 16, "dropout": 0.0}, "train": {"max_steps": 2, "save_every": 2}}
+    train(run_config(tmp_path / "run", tiny_folder, **sections))
+    shutil.copytree(tmp_path / "run", tmp_path / "copy")
+    longer = {"max_steps": 4, "save_every": 2}
+    plain = train(run_config(tmp_path / "run", tiny_folder, **{**sections, "train": longer}), resume=True)
+    shutil.rmtree(tmp_path / "run")
+    (tmp_path / "copy").rename(tmp_path / "run")
+    lighter = {**sections, "train": {**longer, "gradient_checkpointing": True, "checkpoint_chunk": 4}}
+    resumed = train(run_config(tmp_path / "run", tiny_folder, **lighter), resume=True)
+    assert resumed.steps == 4 and resumed.final_loss == pytest.approx(plain.final_loss, rel=1e-4)
+
+
 def test_resume_refuses_a_changed_config(tmp_path, tiny_folder, run_config):
     train(run_config(tmp_path / "run", tiny_folder, train={"max_steps": 2, "save_every": 1}))
     changed = run_config(tmp_path / "run", tiny_folder, train={"max_steps": 4}, loss={"temperature": 0.1})
@@ -185,3 +200,36 @@ def test_bf16_autocast_accumulation_and_checkpointing_options(tmp_path, tiny_fol
     assert np.isfinite(bf16.final_loss)
     assert bf16.final_loss == pytest.approx(fp32.final_loss, rel=0.05)
     assert bf16.final_loss != fp32.final_loss  # autocast really ran in bfloat16
+
+
+def test_init_from_continues_a_trained_adapter(tmp_path, tiny_folder, run_config):
+    first = train(run_config(tmp_path / "first", tiny_folder, lora={"r": 4, "alpha": 8}, train={"max_steps": 3}))
+    trained = {k: v.clone() for k, v in first.model.named_parameters() if v.requires_grad}
+    # lr 0: the continued run's weights are the first run's exactly, with the first adapter's rank
+    cont = train(
+        run_config(
+            tmp_path / "cont",
+            tiny_folder,
+            lora={"init_from": str(tmp_path / "first")},
+            train={"max_steps": 1, "lr": 0.0, "warmup_steps": 0},
+        )
+    )
+    continued = {k: v for k, v in cont.model.named_parameters() if v.requires_grad}
+    assert set(continued) == set(trained)
+    for name, value in trained.items():
+        torch.testing.assert_close(continued[name], value)
+    assert json.loads((tmp_path / "cont" / "adapter_config.json").read_text())["r"] == 4
+    texts = ["A man is playing a guitar.", "Paris is the capital of France."]
+    np.testing.assert_allclose(
+        genembed.load(tiny_folder, adapter=tmp_path / "cont").encode(texts, steps=3),
+        genembed.load(tiny_folder, adapter=tmp_path / "first").encode(texts, steps=3),
+        atol=1e-5,
+    )
+
+
+def test_init_from_names_a_folder_without_an_adapter(tmp_path, tiny_folder, run_config):
+    cfg = run_config(tmp_path / "run", tiny_folder, lora={"init_from": str(tmp_path)}, train={"max_steps": 1})
+    with pytest.raises(FileNotFoundError, match=r"lora.init_from: .* holds no adapter_config.json"):
+        train(cfg)
+    with pytest.raises(ConfigError, match="lora.init_from needs lora.enabled=true"):
+        run_config(tmp_path / "run2", tiny_folder, lora={"init_from": "default", "enabled": False})

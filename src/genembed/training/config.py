@@ -67,6 +67,9 @@ class LoraSettings:
     alpha: float = 32.0  # scaling numerator (scale = alpha / r)
     dropout: float = 0.05
     target_modules: str | list[str] = "all-linear"  # every linear projection except the LM head
+    # start from a trained LoRA adapter instead of fresh weights: a peft adapter folder, or "default"
+    # for the adapter shipped with genembed (its rank, alpha and target modules are then used)
+    init_from: str | None = None
 
 
 @dataclass
@@ -247,6 +250,8 @@ def validate(config: RunConfig) -> None:
         for i, item in enumerate(getattr(config, section).files):
             if item.weight is not None and not item.weight > 0:
                 raise ConfigError(f"{section}.files[{i}].weight must be > 0, got {item.weight}")
+    if config.lora.init_from is not None and not config.lora.enabled:
+        raise ConfigError("lora.init_from needs lora.enabled=true (it continues training a LoRA adapter)")
     if config.embedding.method == "grit" and config.embedding.attention != "causal":
         raise ConfigError("embedding.attention does not apply to grit (it is always bidirectional)")
 

@@ -45,6 +45,8 @@ logger = logging.getLogger(__name__)
 CONFIG_NAME = "genembed_train.yaml"
 # keys that may change between a run and its resumption without changing what is trained
 _RESUME_FREE = {"train.max_steps", "train.save_every", "train.keep_checkpoints", "train.threads", "train.progress"}
+# memory settings: the same computation (with lora.dropout > 0 the dropout draws differ, as per chunk)
+_RESUME_FREE |= {"train.gradient_checkpointing", "train.checkpoint_chunk"}
 
 
 @dataclass
@@ -120,6 +122,7 @@ def train(
     model = make_trainable(
         backbone.model,
         lora=cfg.lora.enabled,
+        init_from=_init_adapter(cfg.lora.init_from),
         r=cfg.lora.r,
         alpha=cfg.lora.alpha,
         dropout=cfg.lora.dropout,
@@ -233,7 +236,8 @@ def _check_output(out: Path, cfg: RunConfig, resume: bool) -> Path | None:
         if changed:
             raise ConfigError(
                 f"cannot resume {out}: the config differs from the saved run in {sorted(changed)} "
-                "(only max_steps, save_every, keep_checkpoints, threads and progress may change)"
+                "(only max_steps, save_every, keep_checkpoints, threads, progress, gradient_checkpointing and "
+                "checkpoint_chunk may change)"
             )
     if not resume and out.is_dir() and any(out.iterdir()) and not cfg.train.overwrite:
         raise ConfigError(
@@ -260,6 +264,18 @@ def _changed_keys(old: Any, new: Any, prefix: str = "") -> set[str]:
         keys = set(old) | set(new)
         return set().union(*(_changed_keys(old.get(k), new.get(k), f"{prefix}{k}.") for k in keys)) if keys else set()
     return set() if old == new else {prefix.rstrip(".")}
+
+
+def _init_adapter(init_from: str | None) -> Path | None:
+    """The adapter folder training starts from: ``"default"`` is the adapter shipped with genembed."""
+    if init_from != "default":
+        return None if init_from is None else Path(init_from).expanduser()
+    from ..loading import default_adapter
+
+    folder = default_adapter()
+    if folder is None:
+        raise ConfigError("lora.init_from=default, but this install ships no default adapter")
+    return folder
 
 
 def _load_backbone(cfg: RunConfig) -> Any:

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["add_lora", "make_trainable", "save_trained", "trainable_state", "load_trainable_state"]
+__all__ = ["add_lora", "continue_lora", "make_trainable", "save_trained", "trainable_state", "load_trainable_state"]
 
 
 def add_lora(
@@ -40,9 +40,29 @@ def add_lora(
         return get_peft_model(model, config)
 
 
-def make_trainable(model: Any, *, lora: bool, **lora_kwargs: Any) -> Any:
-    """LoRA-wrapped model (``lora=True``) or the model itself with every weight trainable, in train mode."""
-    if lora:
+def continue_lora(model: Any, adapter: str | os.PathLike) -> Any:
+    """Wrap ``model`` with the trained LoRA adapter in folder ``adapter`` (peft), trainable: training
+    continues from its weights, with its rank, alpha and target modules.
+
+    Raises:
+        FileNotFoundError: ``adapter`` holds no ``adapter_config.json``.
+    """
+    from peft import PeftModel
+
+    folder = Path(adapter)
+    if not (folder / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"lora.init_from: {folder} holds no adapter_config.json (a peft LoRA adapter folder)")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        return PeftModel.from_pretrained(model, str(folder), is_trainable=True)
+
+
+def make_trainable(model: Any, *, lora: bool, init_from: str | os.PathLike | None = None, **lora_kwargs: Any) -> Any:
+    """LoRA-wrapped model (``lora=True``; fresh adapters, or the trained adapter in folder ``init_from``)
+    or the model itself with every weight trainable, in train mode."""
+    if lora and init_from is not None:
+        model = continue_lora(model, init_from)
+    elif lora:
         model = add_lora(model, **lora_kwargs)
     else:
         for param in model.parameters():
