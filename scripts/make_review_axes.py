@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import random
 import re
 from pathlib import Path
@@ -163,12 +162,6 @@ def build_rows(reviews: list[tuple[str, str, str]], seed: int) -> dict[str, list
     return rows
 
 
-def _write_atomic(path: Path, rows: list[dict]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("runs/review-axes"))
@@ -180,6 +173,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import genembed
+    from genembed.eval.report import atomic_write
     from genembed.training.selfgen import generate_responses
 
     labels = prompts()
@@ -208,7 +202,8 @@ def main() -> None:
         reviews.append((text, *labels[row["prompt"]]))
     rows = build_rows(reviews, args.seed)
     for axis, axis_rows in rows.items():
-        _write_atomic(args.out / f"reviews_{axis}.jsonl", axis_rows)
+        lines = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in axis_rows)
+        atomic_write(args.out / f"reviews_{axis}.jsonl", lines)
     print(json.dumps({"reviews": len(reviews), "dropped": dropped, **{k: len(v) for k, v in rows.items()}}))
 
 

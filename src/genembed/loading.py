@@ -8,7 +8,7 @@ from pathlib import Path
 from .backbone.loading import load_backbone
 from .model import GenerativeEmbedder
 
-__all__ = ["DEFAULT_ADAPTER", "default_adapter", "load", "trained_for_generation"]
+__all__ = ["DEFAULT_ADAPTER", "adapter_folder", "default_adapter", "load", "trained_for_generation"]
 
 # the GIRCSE LoRA adapter trained for the bundled backbone (configs/gircse-smollm2.yaml, MODEL_CARD.md)
 DEFAULT_ADAPTER = Path(__file__).parent / "adapters" / "smollm2-135m-gircse"
@@ -77,12 +77,22 @@ def trained_for_generation(adapter_path: str | os.PathLike) -> bool:
     return False
 
 
-def attach_adapter(backbone, adapter_path: Path) -> None:
-    """Wrap the backbone's model with a saved LoRA adapter (peft), in eval mode."""
+def adapter_folder(path: str | os.PathLike, what: str = "adapter folder") -> Path:
+    """``path`` as a Path, checked to hold a peft LoRA adapter; ``what`` names it in the error.
+
+    Raises:
+        MissingModelError: no ``adapter_config.json`` in ``path``.
+    """
     from .backbone.default_model import MissingModelError
 
-    if not (adapter_path / "adapter_config.json").is_file():
-        raise MissingModelError(f"adapter folder {adapter_path} holds no adapter_config.json (a peft LoRA adapter)")
+    folder = Path(os.path.expanduser(str(path)))
+    if not (folder / "adapter_config.json").is_file():
+        raise MissingModelError(f"{what} {folder} holds no adapter_config.json (a peft LoRA adapter)")
+    return folder
+
+
+def attach_adapter(backbone, adapter_path: Path) -> None:
+    """Wrap the backbone's model with a saved LoRA adapter (peft), in eval mode."""
     from peft import PeftModel
 
-    backbone.model = PeftModel.from_pretrained(backbone.model, str(adapter_path)).eval()
+    backbone.model = PeftModel.from_pretrained(backbone.model, str(adapter_folder(adapter_path))).eval()

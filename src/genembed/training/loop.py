@@ -44,9 +44,17 @@ logger = logging.getLogger(__name__)
 
 CONFIG_NAME = "genembed_train.yaml"
 # keys that may change between a run and its resumption without changing what is trained
-_RESUME_FREE = {"train.max_steps", "train.save_every", "train.keep_checkpoints", "train.threads", "train.progress"}
-# memory settings: the same computation (with lora.dropout > 0 the dropout draws differ, as per chunk)
-_RESUME_FREE |= {"train.gradient_checkpointing", "train.checkpoint_chunk"}
+# (gradient_checkpointing and checkpoint_chunk are memory settings: the same computation, except that with
+# lora.dropout > 0 the dropout draws differ, being made per chunk)
+_RESUME_FREE = {
+    "train.max_steps",
+    "train.save_every",
+    "train.keep_checkpoints",
+    "train.threads",
+    "train.progress",
+    "train.gradient_checkpointing",
+    "train.checkpoint_chunk",
+}
 
 
 @dataclass
@@ -107,6 +115,7 @@ def train(
         one_file_per_batch=cfg.data.one_file_per_batch,
         doc_instruction=cfg.data.doc_instruction,
     )
+    init_from = _init_adapter(cfg.lora.init_from)  # a missing adapter fails before the model loads too
     set_seed(tc.seed)
     backbone = _load_backbone(cfg)
     tokenizer = backbone.tokenizer
@@ -122,7 +131,7 @@ def train(
     model = make_trainable(
         backbone.model,
         lora=cfg.lora.enabled,
-        init_from=_init_adapter(cfg.lora.init_from),
+        init_from=init_from,
         r=cfg.lora.r,
         alpha=cfg.lora.alpha,
         dropout=cfg.lora.dropout,
@@ -234,10 +243,10 @@ def _check_output(out: Path, cfg: RunConfig, resume: bool) -> Path | None:
         changed = _changed_keys(yaml.safe_load(saved.read_text(encoding="utf-8")), config_to_dict(cfg))
         changed -= _RESUME_FREE
         if changed:
+            free = ", ".join(sorted(key.removeprefix("train.") for key in _RESUME_FREE))
             raise ConfigError(
                 f"cannot resume {out}: the config differs from the saved run in {sorted(changed)} "
-                "(only max_steps, save_every, keep_checkpoints, threads, progress, gradient_checkpointing and "
-                "checkpoint_chunk may change)"
+                f"(only train.{{{free}}} may change)"
             )
     if not resume and out.is_dir() and any(out.iterdir()) and not cfg.train.overwrite:
         raise ConfigError(
@@ -267,11 +276,13 @@ def _changed_keys(old: Any, new: Any, prefix: str = "") -> set[str]:
 
 
 def _init_adapter(init_from: str | None) -> Path | None:
-    """The adapter folder training starts from: ``"default"`` is the adapter shipped with genembed."""
-    if init_from != "default":
-        return None if init_from is None else Path(init_from).expanduser()
-    from ..loading import default_adapter
+    """The adapter folder training starts from (checked): ``"default"`` is the adapter shipped with genembed."""
+    from ..loading import adapter_folder, default_adapter
 
+    if init_from is None:
+        return None
+    if init_from != "default":
+        return adapter_folder(init_from, "lora.init_from:")
     folder = default_adapter()
     if folder is None:
         raise ConfigError("lora.init_from=default, but this install ships no default adapter")

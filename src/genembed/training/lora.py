@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +37,7 @@ def add_lora(
     config = LoraConfig(
         r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=target_modules, bias="none", task_type="CAUSAL_LM"
     )
-    with warnings.catch_warnings():  # peft probes a transformers attribute that is deprecated in v5
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+    with _quiet_peft():
         return get_peft_model(model, config)
 
 
@@ -45,16 +46,22 @@ def continue_lora(model: Any, adapter: str | os.PathLike) -> Any:
     continues from its weights, with its rank, alpha and target modules.
 
     Raises:
-        FileNotFoundError: ``adapter`` holds no ``adapter_config.json``.
+        MissingModelError: ``adapter`` holds no ``adapter_config.json``.
     """
     from peft import PeftModel
 
-    folder = Path(adapter)
-    if not (folder / "adapter_config.json").is_file():
-        raise FileNotFoundError(f"lora.init_from: {folder} holds no adapter_config.json (a peft LoRA adapter folder)")
+    from ..loading import adapter_folder
+
+    with _quiet_peft():
+        return PeftModel.from_pretrained(model, str(adapter_folder(adapter)), is_trainable=True)
+
+
+@contextlib.contextmanager
+def _quiet_peft() -> Iterator[None]:
+    """Silence the FutureWarning peft triggers by probing a transformers attribute deprecated in v5."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-        return PeftModel.from_pretrained(model, str(folder), is_trainable=True)
+        yield
 
 
 def make_trainable(model: Any, *, lora: bool, init_from: str | os.PathLike | None = None, **lora_kwargs: Any) -> Any:
