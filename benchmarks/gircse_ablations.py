@@ -50,7 +50,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30, help="optimizer steps per run (the budget)")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--tasks", nargs="*", type=Path, default=[DEV / name for name in DEFAULT_TASKS])
-    parser.add_argument("--limit", type=int, default=200, help="at most N rows per data file")
+    parser.add_argument("--limit", type=int, default=200, help="at most N rows per data file (0: all rows)")
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--runs", type=Path, default=REPO / "runs" / "ablations")
     parser.add_argument("--threads", type=int, default=1)
@@ -105,14 +105,14 @@ def main() -> None:
         report = evaluate(
             encoder,
             args.tasks,
-            limit=args.limit,
+            limit=args.limit or None,
             cache=EmbeddingCache(),
             out=args.out.with_name(f"{args.out.stem}-{name}.json"),
             log=print,
         )
         entry["eval"] = {"views": report.views, "tasks": {t.name: t.scores for t in report.tasks}}
         entry["mean"] = report.mean_scores()
-        results["runs"][name] = entry
+        results = _merge(args.out, results, name, entry)
         _write(args.out, results)
     print(args.out.with_suffix(".md").read_text())
 
@@ -133,6 +133,15 @@ def _load_trained(config: Path, folder: Path):
     return GenerativeEmbedder(backbone, adapter=folder.name)
 
 
+def _merge(out: Path, results: dict, name: str, entry: dict) -> dict:
+    """``results`` with ``entry`` as run ``name``, over the runs another process (a second lane with
+    other ``--variants``) may have written to ``out`` since this one started."""
+    if out.is_file():
+        results["runs"] = json.loads(out.read_text())["runs"]
+    results["runs"][name] = entry
+    return results
+
+
 def _write(out: Path, results: dict) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".json.tmp")
@@ -143,8 +152,9 @@ def _write(out: Path, results: dict) -> None:
     lines = [
         "# GIRCSE ablations (same data, same steps)",
         "",
-        f"{results['info']['steps']} steps each, evaluated with --limit {results['info']['limit']}; "
-        "GIRCSE rows at K=5 (K=1 in brackets).",
+        f"{results['info']['steps']} steps each, evaluated on "
+        + (f"at most {results['info']['limit']} rows per file; " if results["info"]["limit"] else "all rows; ")
+        + "GIRCSE rows at K=5 (K=1 in brackets).",
         "",
         "| run | " + " | ".join(tasks) + " | mean | train (s) | final loss |",
         "| --- | " + " | ".join("---:" for _ in tasks) + " | ---: | ---: | ---: |",
