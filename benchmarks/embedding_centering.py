@@ -79,11 +79,12 @@ def main() -> None:
             x = embed(texts, instruction, desc)
             if name == "none" or len(x) == 0:
                 return x
-            centre = {
-                "train_mean": lambda: train_mean,
-                "instruction_mean": lambda: instruction_centre(instruction),
-                "own_set_mean": lambda: x.mean(axis=0),
-            }[name]()
+            if name == "train_mean":
+                centre = train_mean
+            elif name == "instruction_mean":
+                centre = instruction_centre(instruction)
+            else:  # own_set_mean
+                centre = x.mean(axis=0)
             return l2_normalize(x - centre[None])
 
         return embed_centred
@@ -135,10 +136,9 @@ def mean_cosine(x: np.ndarray) -> float:
 
 
 def write(out: Path, results: dict, tasks: list[str], views: list[int]) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(results, indent=1))
-    tmp.replace(out)
+    from genembed.eval.report import atomic_write
+
+    atomic_write(out, json.dumps(results, indent=1))
     scores = results["scores"]
     cfg = results["config"]
     lines = [
@@ -165,7 +165,7 @@ def write(out: Path, results: dict, tasks: list[str], views: list[int]) -> None:
         "| --- | " + " | ".join("---:" for _ in scores) + " |",
     ]
     lines += [f"| {t} | " + " | ".join(f"{scores[n][t][k5]:.2f}" for n in scores) + " |" for t in tasks]
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    atomic_write(out.with_suffix(".md"), "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

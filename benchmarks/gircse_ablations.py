@@ -143,10 +143,9 @@ def _merge(out: Path, results: dict, name: str, entry: dict) -> dict:
 
 
 def _write(out: Path, results: dict) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(results, indent=1))
-    tmp.replace(out)
+    from genembed.eval.report import atomic_write  # a unique temp file: two lanes may write `out` at once
+
+    atomic_write(out, json.dumps(results, indent=1))
     runs = results["runs"]
     tasks = sorted({t for r in runs.values() for t in r["eval"]["tasks"]})
     lines = [
@@ -172,7 +171,7 @@ def _write(out: Path, results: dict) -> None:
             + f" | **{cell(r['mean'])}** | {r['train_seconds']:.0f} | {r['final_loss']:.3f} |"
         )
     lines += ["", "Commands:", ""] + [f"- {name}: `{r['command']}`" for name, r in runs.items()]
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    atomic_write(out.with_suffix(".md"), "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
