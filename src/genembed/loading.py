@@ -26,6 +26,7 @@ def load(
     device: str = "cpu",
     *,
     tau: float = 1.0,
+    center: bool | None = None,
 ) -> GenerativeEmbedder:
     """Load a model for embedding (and generation, reranking, RAG).
 
@@ -43,6 +44,9 @@ def load(
             ``"float16"``.
         device: a torch device, e.g. ``"cpu"`` or ``"cuda:0"``.
         tau: GIRCSE soft-token softmax temperature.
+        center: per-instruction centering in ``encode`` by default (see
+            :mod:`genembed.encoders.centering`). None: on with the shipped adapter, where it was
+            measured to help (MODEL_CARD.md), off otherwise.
 
     Raises:
         MissingModelError: the model or adapter is not on disk; the message says how to get it.
@@ -51,11 +55,14 @@ def load(
     if adapter is None and model is None:
         adapter = default_adapter()
     adapter_name, joint = None, False
+    if center is None:
+        shipped = DEFAULT_ADAPTER.resolve()
+        center = adapter not in (None, False) and Path(os.path.expanduser(str(adapter))).resolve() == shipped
     if adapter not in (None, False):
         adapter_path = Path(os.path.expanduser(str(adapter)))
         attach_adapter(backbone, adapter_path)
         adapter_name, joint = adapter_path.name, trained_for_generation(adapter_path)
-    model = GenerativeEmbedder(backbone, tau=tau, adapter=adapter_name)
+    model = GenerativeEmbedder(backbone, tau=tau, adapter=adapter_name, center=center)
     model.generation_adapter = joint
     return model
 

@@ -35,10 +35,13 @@ class GenerativeEmbedder:
         0
     """
 
-    def __init__(self, backbone: Backbone, *, tau: float = 1.0, adapter: str | None = None):
+    def __init__(self, backbone: Backbone, *, tau: float = 1.0, adapter: str | None = None, center: bool = False):
         self.backbone = backbone
         self.tau = tau
         self.adapter = adapter
+        # per-instruction centering by default in encode (genembed.encoders.centering); load() turns it
+        # on for the shipped adapter
+        self.center = center
         # generate/rerank with the LoRA adapter (True: a GRIT jointly trained adapter) or with the base
         # weights (False: an embedding-only adapter); see genembed.generation.adapters and docs/grit.md
         self.generation_adapter = False
@@ -75,6 +78,7 @@ class GenerativeEmbedder:
         max_steps: int = 20,
         stop_tol: float = 0.999,
         return_steps_used: bool = False,
+        center: bool | None = None,
     ) -> Any:
         """Embed texts.
 
@@ -95,6 +99,11 @@ class GenerativeEmbedder:
             convert_to_numpy: numpy arrays (default) or torch tensors.
             return_all_steps: GIRCSE only: ``(n, K, dim)`` holding ``z_1..z_K`` from one run.
             return_steps_used: with ``steps="auto"``, also return the steps each text used.
+            center: subtract the instruction's centre, the mean embedding of the bundled calibration
+                texts made with the same instruction and settings (:mod:`genembed.encoders.centering`;
+                the first call per instruction also encodes those 64 texts). None: ``model.center``
+                (on for the shipped adapter). With ``normalize=False`` the result is
+                ``normalize(z) - centre``.
 
         Returns:
             ``(n, dim)`` embeddings (``(dim,)`` for one string), or ``(embeddings, steps_used)``.
@@ -125,6 +134,11 @@ class GenerativeEmbedder:
             return_all_steps=return_all_steps,
             show_progress_bar=show_progress_bar,
         )
+        if self.center if center is None else center:
+            from .encoders.centering import apply_centre, centre
+
+            shift = centre(self.backbone, options, instruction or "", all_steps=return_all_steps)
+            embeddings = apply_centre(embeddings, shift)
         out = to_output(embeddings, normalize=normalize, convert_to_numpy=convert_to_numpy, single=single)
         if return_steps_used:
             if used is None:
@@ -272,4 +286,5 @@ class GenerativeEmbedder:
         return (a_t @ b_t.T).numpy()
 
     def __repr__(self) -> str:
-        return f"GenerativeEmbedder({self.name!r}, dim={self.dim}, device={self.device})"
+        centred = ", center=True" if self.center else ""
+        return f"GenerativeEmbedder({self.name!r}, dim={self.dim}, device={self.device}{centred})"

@@ -15,6 +15,13 @@ AdapterOpt = Annotated[
         "--adapter", "-a", help="LoRA adapter folder; 'none' for the raw backbone (default: the shipped adapter)"
     ),
 ]
+CenterOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--center/--no-center",
+        help="subtract each instruction's centre from the embeddings (default: on with the shipped adapter)",
+    ),
+]
 DtypeOpt = Annotated[
     str,
     typer.Option(
@@ -23,14 +30,14 @@ DtypeOpt = Annotated[
 ]
 
 
-def load_model(model: str | None, adapter: str | None, dtype: str = "auto") -> Any:
+def load_model(model: str | None, adapter: str | None, dtype: str = "auto", center: bool | None = None) -> Any:
     """Load a model, turning a missing model into a clean CLI error instead of a traceback."""
     import genembed
     from genembed.backbone import MissingModelError
 
     try:
         chosen = False if adapter is not None and adapter.lower() == "none" else adapter
-        return genembed.load(model, adapter=chosen, dtype=dtype)
+        return genembed.load(model, adapter=chosen, dtype=dtype, center=center)
     except MissingModelError as exc:
         typer.secho(f"error: {exc}", fg="red", err=True)
         raise typer.Exit(2) from exc

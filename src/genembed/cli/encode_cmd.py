@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from ._common import AdapterOpt, DtypeOpt, ModelOpt, load_model
+from ._common import AdapterOpt, CenterOpt, DtypeOpt, ModelOpt, load_model
 
 
 def _fail(message: str) -> None:
@@ -28,6 +28,7 @@ def encode(
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
     dtype: DtypeOpt = "auto",
+    center: CenterOpt = None,
     method: Annotated[str, typer.Option("--method", help="gircse, mean, last or grit")] = "gircse",
     steps: Annotated[int, typer.Option("--steps", "-k", min=1, help="GIRCSE soft tokens K")] = 5,
     instruction: Annotated[str, typer.Option("--instruction", help="instruction for every text")] = "",
@@ -59,7 +60,7 @@ def encode(
         )
     except ValueError as exc:
         _fail(str(exc))
-    loaded = load_model(model, adapter, dtype)
+    loaded = load_model(model, adapter, dtype, center)
     device = device or _default_device()
     if device != "cpu":
         loaded.backbone.model.to(device)
@@ -74,6 +75,7 @@ def encode(
             options,
             instruction=instruction,
             normalize=normalize,
+            center=getattr(loaded, "center", False),
             shard_size=shard_size,
             text_field=text_field,
             id_field=id_field,

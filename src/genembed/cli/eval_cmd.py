@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ._common import AdapterOpt, DtypeOpt, ModelOpt, load_model
+from ._common import AdapterOpt, CenterOpt, DtypeOpt, ModelOpt, load_model
 
 
 def eval_tasks(
@@ -38,6 +38,7 @@ def eval_tasks(
     ] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="encode everything, read and write no cache")] = False,
     dtype: DtypeOpt = "auto",
+    center: CenterOpt = None,
 ) -> None:
     """Evaluate on task folders with exactly the metrics of the task format (all x100)."""
     from genembed.eval import EmbeddingCache, GenembedEncoder, TaskFormatError, evaluate, find_task_dirs, load_task
@@ -46,7 +47,7 @@ def eval_tasks(
         tasks = [load_task(p, limit=limit) for p in find_task_dirs(list(task_dirs))]
     except (TaskFormatError, ValueError) as exc:
         _fail(str(exc))
-    loaded = load_model(model, adapter, dtype)
+    loaded = load_model(model, adapter, dtype, center)
     try:
         encoder = GenembedEncoder(
             loaded,

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ._common import AdapterOpt, DtypeOpt, ModelOpt, load_model
+from ._common import AdapterOpt, CenterOpt, DtypeOpt, ModelOpt, load_model
 
 index_app = typer.Typer(
     help="Build, extend and inspect retrieval indexes (faiss + chunk metadata + optional KV states).",
@@ -52,6 +52,7 @@ def build(
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
     dtype: DtypeOpt = "auto",
+    center: CenterOpt = None,
 ) -> None:
     """Chunk, embed and index SOURCES. Rerun the same command after an interruption to resume."""
     from genembed.retrieval.chunking import SourceError
@@ -70,8 +71,8 @@ def build(
         config.options()
     except ValueError as exc:
         _fail(str(exc))
-    loaded = load_model(model, adapter, dtype)
-    config = EmbedConfig(**{**config.to_dict(), "tau": loaded.tau})
+    loaded = load_model(model, adapter, dtype, center)
+    config = EmbedConfig(**{**config.to_dict(), "tau": loaded.tau, "center": getattr(loaded, "center", False)})
     try:
         index = build_index(
             loaded,

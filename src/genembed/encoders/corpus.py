@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .centering import apply_centre, centre
 from .embedder import EncodeOptions, encode_texts
 
 __all__ = ["CorpusResult", "count_records", "encode_corpus", "load_corpus_embeddings", "read_records"]
@@ -177,6 +178,7 @@ def encode_corpus(
     *,
     instruction: str = "",
     normalize: bool = True,
+    center: bool = False,
     shard_size: int = 4096,
     text_field: str = "text",
     id_field: str = "id",
@@ -194,6 +196,8 @@ def encode_corpus(
         options: how to encode (:meth:`EncodeOptions.build`).
         instruction: the instruction for every record ("" for none, as documents usually are).
         normalize: L2-normalize the embeddings.
+        center: subtract the instruction's centre (:mod:`genembed.encoders.centering`), as
+            :meth:`genembed.GenerativeEmbedder.encode` does for a model with ``center=True``.
         shard_size: records per shard; also the granularity of resuming and of data parallelism.
         text_field, id_field, title_field: record fields (``title_field`` None to ignore titles).
         model_name: recorded in ``config.json`` so a rerun with another model is refused.
@@ -223,6 +227,7 @@ def encode_corpus(
             world=world,
             instruction=instruction,
             normalize=normalize,
+            center=center,
             shard_size=shard_size,
             fields=(text_field, id_field, title_field),
             model_name=model_name or backbone.name,
@@ -246,6 +251,7 @@ def _encode_shards(
     world: int,
     instruction: str,
     normalize: bool,
+    center: bool,
     shard_size: int,
     fields: tuple[str, str, str | None],
     model_name: str,
@@ -261,6 +267,7 @@ def _encode_shards(
         **{k: v for k, v in asdict(options).items() if k not in ("batch_size", "fast_path")},
         "instruction": instruction,
         "normalize": normalize,
+        **({"center": True} if center else {}),  # absent when off, so older folders still resume
         "shard_size": shard_size,
         "fields": list(fields),
         "input_records": total,
@@ -295,6 +302,8 @@ def _encode_shards(
         for shard in todo:
             ids, texts = _take_shard(records, shard, shard_size)
             embeddings, _ = encode_texts(backbone, texts, options, instruction=instruction, show_progress_bar=False)
+            if center:
+                embeddings = apply_centre(embeddings, centre(backbone, options, instruction))
             if normalize and embeddings.numel():
                 embeddings = torch.nn.functional.normalize(embeddings, dim=-1)
             npy, ids_path = _shard_paths(out_dir, shard)

@@ -10,6 +10,8 @@ from typing import Any
 
 __all__ = ["code_fingerprint", "digest", "folder_fingerprint", "tensors_fingerprint"]
 
+_APPLIED_AFTER_CACHE = {"centering.py"}
+
 
 def digest(obj: Any, size: int = 12) -> str:
     """Hex digest (``2 * size`` characters) of a JSON-serialisable object."""
@@ -38,11 +40,17 @@ def tensors_fingerprint(named_tensors: Any) -> str:
 
 @lru_cache(maxsize=1)
 def code_fingerprint() -> str:
-    """Digest of genembed's backbone and encoder sources, so a code change invalidates cached embeddings."""
+    """Digest of genembed's backbone and encoder sources, so a code change invalidates cached embeddings.
+
+    ``encoders/centering.py`` is left out: the cache holds raw embeddings and centering is applied
+    after lookup (:class:`genembed.eval.encoding.TextEmbedder`).
+    """
     root = Path(__file__).resolve().parents[1]
     h = hashlib.blake2b(digest_size=8)
     for sub in ("backbone", "encoders"):
         for file in sorted((root / sub).glob("*.py")):
+            if file.name in _APPLIED_AFTER_CACHE:
+                continue
             h.update(file.name.encode())
             h.update(file.read_bytes())
     return h.hexdigest()

@@ -41,6 +41,9 @@ class GenembedEncoder:
         method: ``gircse``, ``mean``, ``last`` or ``grit``.
         steps: GIRCSE soft-token counts K to report (e.g. ``(1, 3, 5, 10, 20)``; default 5); gircse only.
         attention, prompt_format, max_length, batch_size: as in :meth:`GenerativeEmbedder.encode`.
+        center: per-instruction centering (:mod:`genembed.encoders.centering`); None: the model's
+            default (``model.center``). The cache keeps raw embeddings either way;
+            :class:`~genembed.eval.encoding.TextEmbedder` centres them with :meth:`centre_for`.
     """
 
     def __init__(
@@ -53,8 +56,10 @@ class GenembedEncoder:
         prompt_format: str | None = None,
         max_length: int = 512,
         batch_size: int = 32,
+        center: bool | None = None,
     ):
         self.model = model
+        self.center = bool(getattr(model, "center", False)) if center is None else center
         if method != "gircse" and steps is not None:
             raise ValueError(f"steps apply only to method 'gircse', not {method!r}")
         self.steps = parse_steps(5 if steps is None else steps)
@@ -73,7 +78,7 @@ class GenembedEncoder:
     @property
     def name(self) -> str:
         o = self.options
-        return f"{self.model.name} {o.method} {o.attention} {o.prompt_format}"
+        return f"{self.model.name} {o.method} {o.attention} {o.prompt_format}" + (" centred" if self.center else "")
 
     def settings(self) -> dict[str, Any]:
         """The encoding settings, for reports."""
@@ -81,6 +86,7 @@ class GenembedEncoder:
         out = {"model": self.model.backbone.name, "adapter": self.model.adapter, "method": o.method}
         out |= {"steps": list(self.steps) if o.method == "gircse" else None, "attention": o.attention}
         out |= {"prompt_format": o.prompt_format, "max_length": o.max_length, "batch_size": o.batch_size}
+        out["center"] = self.center
         return out | {
             "tau": o.tau,
             "dtype": str(next(self.model.backbone.model.parameters()).dtype).removeprefix("torch."),
@@ -123,7 +129,19 @@ class GenembedEncoder:
             batch_size=o.batch_size,
             show_progress_bar=False,
             return_all_steps=all_steps,
+            center=False,  # raw embeddings for the cache; centre_for gives the shift
         )
+
+    def centre_for(self, instruction: str) -> np.ndarray | None:
+        """The centre subtracted from this instruction's normalised embeddings, ``(n_views or 1, dim)``,
+        or None without centering."""
+        if not self.center:
+            return None
+        from ..encoders.centering import centre
+
+        shift = centre(self.model.backbone, self.options, instruction, all_steps=bool(self.views))
+        shift = shift[[k - 1 for k in self.steps]] if self.views else shift[None]
+        return shift.numpy().astype(np.float32)
 
     def encode(self, texts: list[str], *, instruction: str) -> np.ndarray:
         """``(n, dim)`` embeddings (for gircse, ``z_K`` with ``K = max(steps)``)."""

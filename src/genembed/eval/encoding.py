@@ -66,6 +66,10 @@ class TextEmbedder:
         if len(dims) > 1:
             raise ValueError(f"embeddings of different sizes {sorted(dims)} for one encoder; clear the cache")
         table = l2_normalize(np.stack([found[i] for i in range(len(unique))]))  # (n_unique, V, D)
+        centre_for = getattr(self.encoder, "centre_for", None)
+        shift = centre_for(instruction) if centre_for is not None else None
+        if shift is not None:  # centering is applied after the cache, which holds raw embeddings
+            table = l2_normalize(table - shift[None])
         position = {text: i for i, text in enumerate(unique)}
         return table[[position[t] for t in texts]]
 

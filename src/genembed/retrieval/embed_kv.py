@@ -16,6 +16,7 @@ import torch
 
 from ..backbone.attention import run_decoder
 from ..encoders.batching import collate, length_sorted_batches
+from ..encoders.centering import apply_centre, centre
 from ..encoders.embedder import EncodeOptions
 from ..encoders.pooling import last_token_pool, masked_mean
 from ..encoders.prompts import encode_prompts
@@ -39,6 +40,7 @@ class EmbedConfig:
     max_length: int = 512  # tokens per prompt (template and title included); longer texts are cut
     query_instruction: str = _DEFAULT_QUERY_INSTRUCTION
     doc_instruction: str = ""
+    center: bool = False  # subtract each instruction's centre (genembed.encoders.centering)
 
     def options(self, batch_size: int = 16) -> EncodeOptions:
         """Validated :class:`EncodeOptions` (raises ValueError on a bad setting)."""
@@ -161,5 +163,7 @@ def encode_with_kv(
                 if kv_dtype is not None:
                     keys, values = keys.to(kv_dtype), values.to(kv_dtype)
                 kv[i] = (keys.cpu(), values.cpu())
+    if config.center:
+        embeddings = apply_centre(embeddings, centre(backbone, options, config.instruction(kind)))
     normalized = torch.nn.functional.normalize(embeddings, dim=-1).numpy().astype(np.float32)
     return EncodedTexts(normalized, [p.ids for p in prompts], kv if keep_kv else None)  # type: ignore[arg-type]

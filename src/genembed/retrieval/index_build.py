@@ -54,8 +54,8 @@ def build_index(
         model: a :class:`~genembed.GenerativeEmbedder`.
         sources: JSONL / .txt / .md files or folders (see :mod:`genembed.retrieval.chunking`).
         out: the index folder to create.
-        config: embedding settings (default: GIRCSE K=5 with the model's tau, prompts up to
-            ``chunk_tokens + 256`` tokens so that titles and the template fit).
+        config: embedding settings (default: GIRCSE K=5 with the model's tau and centering, prompts up
+            to ``chunk_tokens + 256`` tokens so that titles and the template fit).
         chunk_tokens: tokens of document text per chunk.
         overlap: tokens shared by consecutive chunks of a document.
         store_kv: also store each chunk's KV states from its embedding pass (for doc caching).
@@ -77,7 +77,11 @@ def build_index(
     if problem:
         raise ValueError(f"{problem}; or build without stored KV states.")
     out = Path(out)
-    config = config or EmbedConfig(tau=getattr(model, "tau", 1.0), max_length=chunk_tokens + _TEMPLATE_ROOM)
+    config = config or EmbedConfig(
+        tau=getattr(model, "tau", 1.0),
+        max_length=chunk_tokens + _TEMPLATE_ROOM,
+        center=getattr(model, "center", False),
+    )
     config.options()  # validate before any work
     _prepare_folder(out, overwrite)
     chunks = chunk_documents(
