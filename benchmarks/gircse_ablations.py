@@ -28,6 +28,8 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from _run_info import git_commit
@@ -112,8 +114,9 @@ def main() -> None:
         )
         entry["eval"] = {"views": report.views, "tasks": {t.name: t.scores for t in report.tasks}}
         entry["mean"] = report.mean_scores()
-        results = _merge(args.out, results, name, entry)
-        _write(args.out, results)
+        with _locked(args.out):  # another lane may be merging into the same file
+            results = _merge(args.out, results, name, entry)
+            _write(args.out, results)
     print(args.out.with_suffix(".md").read_text())
 
 
@@ -131,6 +134,20 @@ def _load_trained(config: Path, folder: Path):
     backbone = tiny_backbone(seed=model.tiny_seed)
     attach_adapter(backbone, folder)
     return GenerativeEmbedder(backbone, adapter=folder.name)
+
+
+@contextmanager
+def _locked(out: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``out.lock`` (POSIX ``flock``), so two lanes merge one at a time."""
+    import fcntl
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.with_suffix(".lock"), "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _merge(out: Path, results: dict, name: str, entry: dict) -> dict:
