@@ -54,15 +54,13 @@ def load(
     backbone = load_backbone(model, dtype=dtype, device=device)
     if adapter is None and model is None:
         adapter = default_adapter()
-    adapter_name, joint = None, False
-    if center is None:
-        shipped = DEFAULT_ADAPTER.resolve()
-        center = adapter not in (None, False) and Path(os.path.expanduser(str(adapter))).resolve() == shipped
+    adapter_name, joint, shipped = None, False, False
     if adapter not in (None, False):
         adapter_path = Path(os.path.expanduser(str(adapter)))
         attach_adapter(backbone, adapter_path)
         adapter_name, joint = adapter_path.name, trained_for_generation(adapter_path)
-    model = GenerativeEmbedder(backbone, tau=tau, adapter=adapter_name, center=center)
+        shipped = adapter_path.resolve() == DEFAULT_ADAPTER.resolve()
+    model = GenerativeEmbedder(backbone, tau=tau, adapter=adapter_name, center=shipped if center is None else center)
     model.generation_adapter = joint
     return model
 

@@ -75,7 +75,7 @@ def encode(
             options,
             instruction=instruction,
             normalize=normalize,
-            center=getattr(loaded, "center", False),
+            center=loaded.center,
             shard_size=shard_size,
             text_field=text_field,
             id_field=id_field,

@@ -72,7 +72,7 @@ def build(
     except ValueError as exc:
         _fail(str(exc))
     loaded = load_model(model, adapter, dtype, center)
-    config = EmbedConfig(**{**config.to_dict(), "tau": loaded.tau, "center": getattr(loaded, "center", False)})
+    config = EmbedConfig(**{**config.to_dict(), "tau": loaded.tau, "center": loaded.center})
     try:
         index = build_index(
             loaded,
