@@ -99,6 +99,9 @@ def test_cluster_v_measure_settings_and_perfect_clusters():
     labels = [str(i % 4) for i in range(50)]
     predicted = MiniBatchKMeans(n_clusters=4, batch_size=500, n_init=1, random_state=42).fit(x).labels_
     assert cluster_v_measure(x, labels) == pytest.approx(100 * v_measure_score(labels, predicted))
+    other = MiniBatchKMeans(n_clusters=4, batch_size=500, n_init=1, random_state=7).fit(x).labels_
+    assert cluster_v_measure(x, labels, seed=7) == pytest.approx(100 * v_measure_score(labels, other))
+    assert cluster_v_measure(x, labels, seed=7) != cluster_v_measure(x, labels)  # noise: the seed matters here
     blobs = np.concatenate([np.eye(6)[i] * 10 + 0.01 * rng.normal(size=(5, 6)) for i in range(3)])
     assert cluster_v_measure(blobs, [c for c in "xyz" for _ in range(5)]) == pytest.approx(100.0)
 
