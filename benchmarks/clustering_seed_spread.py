@@ -75,7 +75,16 @@ def restated_average(path: Path, spread: dict[str, Any]) -> dict[str, dict[str, 
         for task in report["tasks"]:
             official.append(task["scores"][view])
             r = spread.get(task["name"])
-            restated.append(r["summary"][r["views"].index(view)]["mean"] if r else official[-1])
+            if r is None:
+                restated.append(official[-1])
+                continue
+            s = r["summary"][r["views"].index(view)]
+            if abs(s["seed42"] - official[-1]) > 0.01:  # not the same embeddings (centering, adapter, K)
+                raise SystemExit(
+                    f"{path}: {task['name']} {view} scores {official[-1]:.2f} but these embeddings give "
+                    f"{s['seed42']:.2f} at seed 42; pass the report of the same model and settings"
+                )
+            restated.append(s["mean"])
         out[view] = {
             "official": float(np.mean(official)),
             "seed_mean": float(np.mean(restated)),
@@ -89,6 +98,13 @@ def main() -> None:
     parser.add_argument("tasks", nargs="*", type=Path, default=[REPO.parent / "shared" / "data" / "dev"])
     parser.add_argument("--adapter", default=None, help="adapter folder (default: the shipped adapter)")
     parser.add_argument("--steps", default="1,3,5,10,20")
+    parser.add_argument(
+        "--center",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="per-instruction centering (default: as genembed.load, on for the shipped adapter only); "
+        "match the eval report given in --reports",
+    )
     parser.add_argument("--seeds", type=int, default=20, help="k-means seeds 0..N-1")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument(
@@ -117,11 +133,12 @@ def main() -> None:
         raise SystemExit(f"no clustering or instruct task under {', '.join(map(str, args.tasks))}")
     seeds = list(range(args.seeds))
     cache = EmbeddingCache()
-    model = genembed.load(adapter=args.adapter, dtype="float32")
+    model = genembed.load(adapter=args.adapter, dtype="float32", center=args.center)
     default = GenembedEncoder(model, method="gircse", steps=args.steps)
     minilm = SentenceTransformerEncoder.from_path(str(minilm_folder()), name="all-MiniLM-L6-v2")
+    label = "genembed default" if args.adapter is None else f"genembed {Path(args.adapter).name}"
     models = {
-        "genembed default": (TextEmbedder(default, cache), [f"K={k}" for k in default.steps]),
+        label: (TextEmbedder(default, cache), [f"K={k}" for k in default.steps]),
         "all-MiniLM-L6-v2": (TextEmbedder(minilm, cache), ["single"]),  # the views of its eval report,
     }
     results: dict[str, dict[str, Any]] = {}
