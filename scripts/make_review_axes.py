@@ -13,9 +13,16 @@ from the same reviews:
 - ``reviews_topic.jsonl``: an item-type instruction; the positive is a review of the same item type
   with the opposite sentiment, the hard negative a review of another item type with the same sentiment.
 
-So under one instruction two reviews are neighbours and under the other they are not. Train on the
-files with ``symmetric: true`` (documents get the row's instruction, as clustering embeds every text
-with the same one). No evaluation text is used; the instructions are worded in several ways.
+So under one instruction two reviews are neighbours and under the other they are not. Every row
+carries its class as ``label`` (the sentiment, or the item type), so training does not use another
+review of the same class as an in-batch negative: a binary sentiment batch would otherwise hold
+about half false negatives. Train on the files with ``symmetric: true`` (documents get the row's
+instruction, as clustering embeds every text with the same one). No evaluation text is used; the
+instructions are worded in several ways.
+
+A second, independent sentiment judge cleans the 135M model's replies: with ``--vader`` (the
+default, 0.3) a review is kept only if VADER's compound score (the ``vaderSentiment`` lexicon, in the
+``genembed[data]`` extra) is at least that far on the prompted side; ``--vader 0`` switches it off.
 
     python scripts/make_review_axes.py --out runs/review-axes
 
@@ -127,6 +134,22 @@ def clean(response: str, sentiment: str, item: str) -> str | None:
     return text if hits[sentiment] > hits[other] else None
 
 
+def vader_agrees(texts: list[str], sentiments: list[str], threshold: float) -> list[bool]:
+    """Whether VADER's compound score lies at least ``threshold`` on each text's prompted side."""
+    try:
+        from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer
+    except ImportError as err:
+        raise SystemExit(
+            "--vader needs the vaderSentiment package: pip install 'genembed[data]' (or --vader 0)"
+        ) from err
+    analyzer = SentimentIntensityAnalyzer()
+    scores = [analyzer.polarity_scores(text)["compound"] for text in texts]
+    return [
+        score >= threshold if s == "positive" else score <= -threshold
+        for score, s in zip(scores, sentiments, strict=True)
+    ]
+
+
 def build_rows(reviews: list[tuple[str, str, str]], seed: int) -> dict[str, list[dict]]:
     """Sentiment and topic rows from (text, sentiment, item) reviews."""
     rng = random.Random(seed)
@@ -148,6 +171,7 @@ def build_rows(reviews: list[tuple[str, str, str]], seed: int) -> dict[str, list
                 "pos": [same_sentiment_other_item],
                 "neg": [opposite_same_item],
                 "instruction": rng.choice(INSTRUCTIONS["sentiment"]),
+                "label": sentiment,
             }
         )
         other_item_same_sentiment = rng.choice(by[(sentiment, rng.choice(other_items))])
@@ -157,6 +181,7 @@ def build_rows(reviews: list[tuple[str, str, str]], seed: int) -> dict[str, list
                 "pos": [opposite_same_item],
                 "neg": [other_item_same_sentiment],
                 "instruction": rng.choice(INSTRUCTIONS["topic"]),
+                "label": item,
             }
         )
     return rows
@@ -170,6 +195,7 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--vader", type=float, default=0.3, help="VADER agreement threshold (0: keep every review)")
     args = parser.parse_args()
 
     import genembed
@@ -200,11 +226,25 @@ def main() -> None:
             dropped += 1
             continue
         reviews.append((text, *labels[row["prompt"]]))
+    disagreed = 0
+    if args.vader > 0:
+        keep = vader_agrees([r[0] for r in reviews], [r[1] for r in reviews], args.vader)
+        disagreed = keep.count(False)
+        reviews = [r for r, k in zip(reviews, keep, strict=True) if k]
     rows = build_rows(reviews, args.seed)
     for axis, axis_rows in rows.items():
         lines = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in axis_rows)
         atomic_write(args.out / f"reviews_{axis}.jsonl", lines)
-    print(json.dumps({"reviews": len(reviews), "dropped": dropped, **{k: len(v) for k, v in rows.items()}}))
+    print(
+        json.dumps(
+            {
+                "reviews": len(reviews),
+                "dropped": dropped,
+                "vader_disagreed": disagreed,
+                **{k: len(v) for k, v in rows.items()},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

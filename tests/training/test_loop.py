@@ -45,6 +45,8 @@ def test_thirty_steps_lower_the_loss_and_write_the_run_folder(tmp_path, tiny_fol
     assert [r["step"] for r in records] == list(range(1, 31))
     assert {"loss", "rep", "reg", "gen", "L_1", "L_2", "L_3", "lr", "grad_norm"} <= set(records[0])
     assert "L_4" not in records[0]
+    files = {Path(f.path).name for f in cfg.data.files}
+    assert all(set(r["rows"]) <= files and sum(r["rows"].values()) == cfg.data.batch_size for r in records)
     assert records[0]["loss"] == pytest.approx(
         np.mean([records[0][f"L_{k}"] for k in (1, 2, 3)]) + records[0]["reg"], rel=1e-5
     )

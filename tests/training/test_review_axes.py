@@ -52,3 +52,15 @@ def test_the_two_axes_swap_positives_and_hard_negatives(axes):
     assert topic["bad hotel"]["neg"] == ["bad movie"]
     assert all(r["instruction"] in axes.INSTRUCTIONS["sentiment"] for r in rows["sentiment"])
     assert all(r["instruction"] in axes.INSTRUCTIONS["topic"] for r in rows["topic"])
+    assert [r["label"] for r in rows["sentiment"]] == ["positive", "negative", "positive", "negative"]
+    assert [r["label"] for r in rows["topic"]] == ["movie", "movie", "hotel", "hotel"]
+
+
+def test_vader_keeps_only_reviews_that_lean_the_prompted_way(axes):
+    texts = [
+        "I loved this hotel, the staff were wonderful.",
+        "The phone broke after a day, terrible.",
+        "It is a phone.",
+    ]
+    assert axes.vader_agrees(texts, ["positive", "negative", "positive"], 0.3) == [True, True, False]
+    assert axes.vader_agrees(texts[:2], ["negative", "positive"], 0.3) == [False, False]

@@ -22,6 +22,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -169,8 +170,10 @@ def train(
     for step in range(start + 1, tc.max_steps + 1):
         t_step = time.perf_counter()
         sums: dict[str, torch.Tensor] = {}
+        sources: Counter[str] = Counter()
         for micro in range(tc.grad_accum):
             batch = contrastive.next()
+            sources.update(contrastive.last_rows)
             local = batch.shard(rank, world)
             targets = batch if gathered else local
             queries, documents = _tokenize(tokenizer, local, prompt_format, cfg.embedding)
@@ -201,6 +204,7 @@ def train(
         optimizer.zero_grad(set_to_none=True)
 
         record = _record(step, accelerator.reduce(_flatten(sums), reduction="mean"), lr, grad_norm, t_step)
+        record["rows"] = dict(sources.most_common())  # which files the step's (global) batches came from
         last_loss = record["loss"]
         if main:
             metrics.append(record)

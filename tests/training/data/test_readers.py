@@ -17,11 +17,11 @@ GOOD = {"query": "q", "pos": ["p"], "neg": ["n"], "instruction": "Retrieve."}
 
 
 def test_reads_rows_and_optional_fields(tmp_path):
-    path = _write(tmp_path, [GOOD, "", {"query": "q2", "pos": ["a", "b"]}])
+    path = _write(tmp_path, [GOOD, "", {"query": "q2", "pos": ["a", "b"], "label": "positive"}])
     rows = read_contrastive(path)
-    assert [(r.query, r.pos, r.neg, r.instruction) for r in rows] == [
-        ("q", ("p",), ("n",), "Retrieve."),
-        ("q2", ("a", "b"), (), ""),
+    assert [(r.query, r.pos, r.neg, r.instruction, r.label) for r in rows] == [
+        ("q", ("p",), ("n",), "Retrieve.", None),
+        ("q2", ("a", "b"), (), "", "positive"),
     ]
 
 
@@ -37,6 +37,8 @@ def test_reads_rows_and_optional_fields(tmp_path):
         ({"query": "q", "pos": ["p", 3]}, "field 'pos'[1] must be a string, got int"),
         ({"query": "q", "pos": ["p"], "neg": [""]}, "field 'neg'[0] is an empty string"),
         ({"query": "q", "pos": ["p"], "negs": ["x"]}, "unknown field 'negs'"),
+        ({"query": "q", "pos": ["p"], "label": 1}, "field 'label' must be a string, got int"),
+        ({"query": "q", "pos": ["p"], "label": ""}, "field 'label' is empty"),
         ([1, 2], "each line must be a JSON object"),
     ],
 )

@@ -85,6 +85,31 @@ def test_batch_layout_labels_and_false_negative_mask():
     assert sym.documents == [sym.documents[0], sym.documents[1], "p2"] and sym.document_instructions == ["I", "I", "J"]
 
 
+def test_class_labels_mask_same_class_positives_and_other_class_negatives():
+    rows = [
+        ContrastiveRow("great film", ("lovely phone",), ("awful film",), "S", label="pos"),
+        ContrastiveRow("superb book", ("nice hotel",), ("dull book",), "S", label="pos"),
+        ContrastiveRow("bad meal", ("rude airline",), ("tasty meal",), "S", label="neg"),
+        ContrastiveRow("plain", ("also plain",), ("other",), "S"),  # unlabelled: masks and is masked as before
+    ]
+    batch = build_contrastive_batch(rows, hard_negatives=1, rng=np.random.default_rng(0))
+    assert batch.documents == [
+        "lovely phone",
+        "awful film",
+        "nice hotel",
+        "dull book",
+        "rude airline",
+        "tasty meal",
+        "also plain",
+        "other",
+    ]
+    mask = batch.mask_tensor()
+    assert sorted(batch.masked) == [(0, 2), (0, 5), (1, 0), (1, 5), (2, 1), (2, 3)]
+    # query 0 (pos) still scores against: its own pair, q1's negative (neg, as q1 is pos), q2's positive (neg)
+    assert [d for d in range(8) if not mask[0, d]] == [0, 1, 3, 4, 6, 7]
+    assert not mask[3].any()
+
+
 def test_shards_concatenate_back_to_the_batch():
     rows = [ContrastiveRow(f"q{i}", (f"p{i}",), tuple(f"n{i}{j}" for j in range(i % 3)), "") for i in range(4)]
     batch = build_contrastive_batch(rows, hard_negatives=2, rng=np.random.default_rng(1))

@@ -4,7 +4,9 @@ Documents are laid out query by query, ``[pos_0, negs_0..., pos_1, negs_1..., ..
 label is the index of its positive. Each row contributes one positive and up to ``hard_negatives``
 negatives, chosen at random (a row with fewer negatives uses what it has). A document whose text
 equals one of a query's positives, other than its labelled one, is masked out for that query: it is
-not a negative.
+not a negative. Between rows that both carry a class ``label``, another row's positive of the same
+class and another row's hard negatives when its class differs are masked out too (see
+:mod:`.contrastive`).
 """
 
 from __future__ import annotations
@@ -99,4 +101,12 @@ def build_contrastive_batch(
     for qi, row in enumerate(rows):
         positives = set(row.pos)
         masked += [(qi, d) for d, text in enumerate(docs) if d != labels[qi] and text in positives]
+        if row.label is None:
+            continue
+        for qj, other in enumerate(rows):
+            if qj == qi or other.label is None:
+                continue
+            start, end = groups[qj]
+            same = other.label == row.label
+            masked += [(qi, d) for d in range(start, end) if (d == start) == same and (qi, d) not in masked]
     return ContrastiveBatch(queries, q_inst, docs, d_inst, labels, groups, masked)

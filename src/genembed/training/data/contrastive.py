@@ -1,8 +1,11 @@
-"""Contrastive training rows: ``{"query", "pos": [...], "neg": [...], "instruction"}`` per line.
+"""Contrastive training rows: ``{"query", "pos": [...], "neg": [...], "instruction", "label"}`` per line.
 
-``query`` and ``pos`` (at least one text) are required; ``neg`` (hard negatives) and ``instruction``
-(the query-side instruction) may be left out. Any other key is an error, so a typo such as
-``"negs"`` is not silently ignored.
+``query`` and ``pos`` (at least one text) are required; ``neg`` (hard negatives), ``instruction``
+(the query-side instruction) and ``label`` may be left out. ``label`` names the class of the query and
+its positives (e.g. a sentiment or an intent); its hard negatives are of another class. In a batch of
+labelled rows, another row's positive of the same class is not used as a negative (it is a false
+one), nor is another row's hard negative when that row's class differs (it may be of this row's
+class). Any other key is an error, so a typo such as ``"negs"`` is not silently ignored.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from .jsonl import DataError, iter_jsonl, require_string, require_string_list
 
 __all__ = ["ContrastiveRow", "read_contrastive"]
 
-_FIELDS = ("query", "pos", "neg", "instruction")
+_FIELDS = ("query", "pos", "neg", "instruction", "label")
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,7 @@ class ContrastiveRow:
     pos: tuple[str, ...]
     neg: tuple[str, ...]
     instruction: str = ""
+    label: str | None = None
 
 
 def read_contrastive(path: str | Path) -> list[ContrastiveRow]:
@@ -43,5 +47,6 @@ def read_contrastive(path: str | Path) -> list[ContrastiveRow]:
         pos = require_string_list(obj, "pos", path, line, min_items=1)
         neg = require_string_list(obj, "neg", path, line, min_items=0) if "neg" in obj else []
         instruction = require_string(obj, "instruction", path, line, empty_ok=True) if "instruction" in obj else ""
-        rows.append(ContrastiveRow(query, tuple(pos), tuple(neg), instruction))
+        label = require_string(obj, "label", path, line) if "label" in obj else None
+        rows.append(ContrastiveRow(query, tuple(pos), tuple(neg), instruction, label))
     return rows

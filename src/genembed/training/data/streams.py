@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -76,10 +77,12 @@ class ContrastiveStream:
             keys=keys,
         )
         self.hard_negatives, self.doc_instruction, self.seed = hard_negatives, doc_instruction, seed
+        self.last_rows: dict[str, int] = {}  # file name -> rows it gave the last batch (for the metrics)
 
     def next(self) -> ContrastiveBatch:
         rng = np.random.default_rng([self.seed, 1, self.sampler.batches_drawn])
         picks = self.sampler.next_batch()
+        self.last_rows = dict(Counter(os.path.basename(self.files[f].path) for f, _ in picks).most_common())
         return build_contrastive_batch(
             [self.rows[f][r] for f, r in picks],
             hard_negatives=self.hard_negatives,
