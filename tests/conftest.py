@@ -69,3 +69,18 @@ def shared_data() -> Path:
     if not path.is_dir():
         pytest.skip(f"shared data not found at {path}")
     return path
+
+
+@pytest.fixture(scope="session")
+def load_script():
+    """``load_script("benchmarks/x.py")``: import a repository script as a module, by its path."""
+    import importlib.util
+
+    def load(relative: str):
+        path = Path(__file__).resolve().parents[1] / relative
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load

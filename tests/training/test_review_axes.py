@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "make_review_axes.py"
 
 
 @pytest.fixture(scope="module")
-def axes():
-    spec = importlib.util.spec_from_file_location("make_review_axes", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def axes(load_script):
+    return load_script("scripts/make_review_axes.py")
 
 
 def test_every_prompt_is_labelled_and_distinct(axes):
