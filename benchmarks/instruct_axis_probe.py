@@ -1,0 +1,101 @@
+"""Is an axis in the embeddings at all? Linear probes of an instruct task's label axes.
+
+``genembed eval`` scores an instruct task (e.g. mrcr-dev: sentiment and domain) by k-means: an axis
+scores well only if it is the *dominant* structure of the embeddings made with its instruction. A
+linear probe asks the weaker question, whether the axis can be read off the embeddings at all: for
+each instruction and each label axis, the 5-fold cross-validated accuracy of a logistic regression.
+An axis that probes well but clusters badly is present but drowned out by another.
+
+    python benchmarks/instruct_axis_probe.py ../shared/data/dev/mrcr-dev                        # the default
+    python benchmarks/instruct_axis_probe.py ../shared/data/dev/mrcr-dev --adapter runs/RUN --center
+
+Embeddings come from (and go to) the evaluation cache, so after ``genembed eval`` this takes seconds.
+Writes ``benchmarks/results/instruct_axis_probe[-RUN].{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from _run_info import REPO, git_commit
+
+
+def probe(x: np.ndarray, labels: list[str], folds: int = 5, seed: int = 0) -> float:
+    """Mean cross-validated accuracy of a logistic regression reading ``labels`` off ``x``."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold, cross_val_score
+
+    cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
+    return float(cross_val_score(LogisticRegression(max_iter=1000), x, np.asarray(labels), cv=cv).mean())
+
+
+def markdown(report: dict[str, Any]) -> str:
+    steps = report["config"]["steps"]
+    lines = [
+        f"# Linear probes of {report['task']} ({report['config']['model']})",
+        "",
+        "5-fold accuracy of a logistic regression per label axis, on embeddings made with each axis' instruction.",
+        "",
+        "| instruction | probed axis | " + " | ".join(f"K={k}" for k in steps) + " |",
+        "|---|---|" + "---:|" * len(steps),
+    ]
+    for row in report["probes"]:
+        accs = " | ".join(f"{a:.3f}" for a in row["accuracy"])
+        lines.append(f"| {row['instruction']} | {row['axis']} | {accs} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("task", type=Path, help="an instruct task folder")
+    parser.add_argument("--adapter", default=None, help="adapter folder (default: the shipped one)")
+    parser.add_argument("--center", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument("--steps", default="1,5,10,20")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+
+    import torch
+
+    import genembed
+    from genembed.eval import EmbeddingCache, GenembedEncoder, load_task
+    from genembed.eval.encoding import TextEmbedder
+    from genembed.eval.report import atomic_write
+
+    torch.set_num_threads(args.threads)
+    task = load_task(args.task)
+    if task.type != "instruct":
+        raise SystemExit(f"{args.task}: a {task.type} task; probes need an instruct task (label axes)")
+    steps = [int(k) for k in args.steps.split(",")]
+    model = genembed.load(adapter=args.adapter, dtype="float32", center=args.center)
+    encoder = GenembedEncoder(model, method="gircse", steps=steps)
+    embed = TextEmbedder(encoder, EmbeddingCache())
+    probes = []
+    for inst_axis, instruction in task.instructions.items():
+        x = embed(task.data.texts, instruction, f"{task.name} {inst_axis}")
+        for axis in task.instructions:
+            accuracy = [probe(x[:, v], task.data.labels[axis]) for v in range(x.shape[1])]
+            probes.append({"instruction": inst_axis, "axis": axis, "accuracy": accuracy})
+            print(inst_axis, axis, " ".join(f"{a:.3f}" for a in accuracy))
+    name = "default" if args.adapter is None else Path(args.adapter).name
+    report = {
+        "task": task.name,
+        "config": {"model": f"{encoder.name} {name}", "steps": steps, "center": model.center, "adapter": args.adapter},
+        "commit": git_commit(),
+        "probes": probes,
+    }
+    out = (
+        args.out
+        or REPO / "benchmarks" / "results" / f"instruct_axis_probe{'' if args.adapter is None else '-' + name}.json"
+    )
+    atomic_write(out, json.dumps(report, indent=1) + "\n")
+    atomic_write(out.with_suffix(".md"), markdown(report))
+    print(f"wrote {out} and {out.with_suffix('.md')}")
+
+
+if __name__ == "__main__":
+    main()
