@@ -4,14 +4,15 @@ The shared training files give every text one instruction, so nothing teaches a 
 instruction decides which neighbours are right. This script has the backbone itself write short
 reviews whose sentiment (positive / negative) and item type (a movie, a hotel, a phone, ...) are
 known from the prompt (replies that do not name their item type or do not lean to their sentiment by
-a small word list are dropped: the 135M model's replies are noisy), then builds two contrastive files
+a small word list are dropped: the 135M model's replies are noisy), then builds contrastive files
 from the same reviews:
 
 - ``reviews_sentiment.jsonl``: a sentiment instruction; the positive is a review with the same
   sentiment of *another* item type, the hard negative a review of the *same* item type with the
   opposite sentiment;
 - ``reviews_topic.jsonl``: an item-type instruction; the positive is a review of the same item type
-  with the opposite sentiment, the hard negative a review of another item type with the same sentiment.
+  with the opposite sentiment, the hard negative a review of another item type with the same sentiment;
+- ``reviews_mixed.jsonl``: both files' rows, labels prefixed by axis, so one batch holds both instructions.
 
 So under one instruction two reviews are neighbours and under the other they are not. Every row
 carries its class as ``label`` (the sentiment, or the item type), so training does not use another
@@ -187,6 +188,12 @@ def build_rows(reviews: list[tuple[str, str, str]], seed: int) -> dict[str, list
     return rows
 
 
+def mixed_rows(rows: dict[str, list[dict]]) -> list[dict]:
+    """Both axes' rows in one list, each label prefixed by its axis (``sentiment:positive``), for a
+    file whose batches hold both instructions at once."""
+    return [{**row, "label": f"{axis}:{row['label']}"} for axis, axis_rows in rows.items() for row in axis_rows]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("runs/review-axes"))
@@ -232,9 +239,9 @@ def main() -> None:
         disagreed = keep.count(False)
         reviews = [r for r, k in zip(reviews, keep, strict=True) if k]
     rows = build_rows(reviews, args.seed)
-    for axis, axis_rows in rows.items():
-        lines = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in axis_rows)
-        atomic_write(args.out / f"reviews_{axis}.jsonl", lines)
+    for name, file_rows in {**rows, "mixed": mixed_rows(rows)}.items():
+        lines = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in file_rows)
+        atomic_write(args.out / f"reviews_{name}.jsonl", lines)
     print(
         json.dumps(
             {

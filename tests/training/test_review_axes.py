@@ -46,6 +46,11 @@ def test_the_two_axes_swap_positives_and_hard_negatives(axes):
     assert all(r["instruction"] in axes.INSTRUCTIONS["topic"] for r in rows["topic"])
     assert [r["label"] for r in rows["sentiment"]] == ["positive", "negative", "positive", "negative"]
     assert [r["label"] for r in rows["topic"]] == ["movie", "movie", "hotel", "hotel"]
+    mixed = axes.mixed_rows(rows)
+    assert [r["label"] for r in mixed[3:5]] == ["sentiment:negative", "topic:movie"]
+    assert [{k: v for k, v in r.items() if k != "label"} for r in mixed] == [
+        {k: v for k, v in r.items() if k != "label"} for r in rows["sentiment"] + rows["topic"]
+    ]
 
 
 def test_vader_keeps_only_reviews_that_lean_the_prompted_way(axes):
