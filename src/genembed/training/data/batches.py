@@ -100,13 +100,13 @@ def build_contrastive_batch(
     masked = []
     for qi, row in enumerate(rows):
         positives = set(row.pos)
-        masked += [(qi, d) for d, text in enumerate(docs) if d != labels[qi] and text in positives]
-        if row.label is None:
-            continue
+        skip = {d for d, text in enumerate(docs) if d != labels[qi] and text in positives}
         for qj, other in enumerate(rows):
-            if qj == qi or other.label is None:
+            if qj == qi or row.label is None or other.label is None:
                 continue
+            # the other row's positive (its group's first document) is of its class, its negatives are not
             start, end = groups[qj]
-            same = other.label == row.label
-            masked += [(qi, d) for d in range(start, end) if (d == start) == same and (qi, d) not in masked]
+            same_class = other.label == row.label
+            skip.update(d for d in range(start, end) if (d == start) == same_class)
+        masked += [(qi, d) for d in sorted(skip)]
     return ContrastiveBatch(queries, q_inst, docs, d_inst, labels, groups, masked)
