@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -27,24 +27,16 @@ def step_files(config: Path, records: list[dict[str, Any]], world: int) -> list[
         return [max(r["rows"], key=r["rows"].get) for r in records]
     from genembed.training import load_config
     from genembed.training.data import ContrastiveStream
-    from genembed.training.data.streams import expand_files
 
     cfg = load_config(config)
-    stream = ContrastiveStream(
-        expand_files(cfg.data.files),
-        batch_size=cfg.data.batch_size * world,
-        hard_negatives=cfg.data.hard_negatives,
-        seed=cfg.train.seed,
-        one_file_per_batch=cfg.data.one_file_per_batch,
-    )
+    stream = ContrastiveStream.from_config(cfg, world)  # the stream the training loop drew from
     files = []
     for _ in range(max(r["step"] for r in records)):
-        counts: dict[str, int] = defaultdict(int)
+        counts: Counter[str] = Counter()
         for _ in range(cfg.train.grad_accum):
             stream.next()
-            for name, n in stream.last_rows.items():
-                counts[name] += n
-        files.append(max(counts, key=counts.get))
+            counts.update(stream.last_rows)
+        files.append(counts.most_common(1)[0][0])
     return [files[r["step"] - 1] for r in records]
 
 

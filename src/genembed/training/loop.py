@@ -108,14 +108,7 @@ def train(
     accelerator.wait_for_everyone()
 
     # data first: a bad file fails in seconds, before a model is loaded
-    contrastive = ContrastiveStream(
-        expand_files(cfg.data.files),
-        batch_size=cfg.data.batch_size * world,
-        hard_negatives=cfg.data.hard_negatives,
-        seed=tc.seed,
-        one_file_per_batch=cfg.data.one_file_per_batch,
-        doc_instruction=cfg.data.doc_instruction,
-    )
+    contrastive = ContrastiveStream.from_config(cfg, world)
     init_from = _init_adapter(cfg.lora.init_from)  # a missing adapter fails before the model loads too
     set_seed(tc.seed)
     backbone = _load_backbone(cfg)

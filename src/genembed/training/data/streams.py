@@ -7,7 +7,7 @@ import os
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,6 +16,9 @@ from .contrastive import ContrastiveRow, read_contrastive
 from .generative import GenerativeBatch, GenerativeRow, collate_generative, read_generative, tokenize_chat
 from .jsonl import DataError
 from .sampler import MixtureSampler
+
+if TYPE_CHECKING:
+    from ..config import RunConfig
 
 __all__ = ["ContrastiveStream", "FileSpec", "GenerativeStream", "expand_files"]
 
@@ -78,6 +81,18 @@ class ContrastiveStream:
         )
         self.hard_negatives, self.doc_instruction, self.seed = hard_negatives, doc_instruction, seed
         self.last_rows: dict[str, int] = {}  # file name -> rows it gave the last batch (for the metrics)
+
+    @classmethod
+    def from_config(cls, cfg: RunConfig, world: int = 1) -> ContrastiveStream:
+        """The stream a run of ``cfg`` over ``world`` processes draws its global batches from."""
+        return cls(
+            expand_files(cfg.data.files),
+            batch_size=cfg.data.batch_size * world,
+            hard_negatives=cfg.data.hard_negatives,
+            seed=cfg.train.seed,
+            one_file_per_batch=cfg.data.one_file_per_batch,
+            doc_instruction=cfg.data.doc_instruction,
+        )
 
     def next(self) -> ContrastiveBatch:
         rng = np.random.default_rng([self.seed, 1, self.sampler.batches_drawn])
