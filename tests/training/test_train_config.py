@@ -65,9 +65,57 @@ def test_override_syntax_errors():
         apply_overrides(RunConfig(), ["train.nope=1"])
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("*.yaml")))
+EXPERIMENTS = CONFIGS.parent / "benchmarks" / "configs"
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(
+        [p.name for p in CONFIGS.glob("*.yaml")]
+        + [f"../benchmarks/configs/{p.name}" for p in EXPERIMENTS.glob("*.yaml")]
+    ),
+)
 def test_example_configs_load(name):
     cfg = load_config(CONFIGS / name)
     assert cfg.data.files
     if name.startswith("tiny"):
         assert cfg.model.name == "tiny" and all(Path(f.path).is_file() for f in cfg.data.files)
+
+
+def test_base_file_merges_section_by_section_and_files_plus_appends(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "stages").mkdir()
+    (tmp_path / "base.yaml").write_text(
+        "embedding: {steps: 5, tau: 1.0}\n"
+        "data:\n  files: [data/a.jsonl, {path: data/b.jsonl, symmetric: true}]\n  batch_size: 16\n"
+        "train: {lr: 2.0e-4, max_steps: 300}\n"
+    )
+    (tmp_path / "stages" / "two.yaml").write_text(
+        "base: ../base.yaml\nembedding: {steps: 10}\n"
+        "data:\n  files+: [{path: ../data/c.jsonl, batch_by_axis: true, weight: 50}]\n"
+        "train: {max_steps: 150}\n"
+    )
+    cfg = load_config(tmp_path / "stages" / "two.yaml")
+    assert (cfg.embedding.steps, cfg.embedding.tau) == (10, 1.0)
+    assert (cfg.train.max_steps, cfg.train.lr, cfg.data.batch_size) == (150, 2e-4, 16)
+    # each file's relative paths are resolved against its own folder
+    assert [f.path for f in cfg.data.files] == [str(tmp_path / "data" / n) for n in ("a.jsonl", "b.jsonl", "c.jsonl")]
+    assert [(f.symmetric, f.batch_by_axis, f.weight) for f in cfg.data.files] == [
+        (False, False, None),
+        (True, False, None),
+        (False, True, 50.0),
+    ]
+
+
+def test_base_file_errors_name_the_files(tmp_path):
+    (tmp_path / "loop-a.yaml").write_text("base: loop-b.yaml\n")
+    (tmp_path / "loop-b.yaml").write_text("base: loop-a.yaml\n")
+    with pytest.raises(ConfigError, match="base files form a loop"):
+        load_config(tmp_path / "loop-a.yaml")
+    (tmp_path / "orphan.yaml").write_text("base: missing.yaml\n")
+    with pytest.raises(ConfigError, match=r"missing\.yaml \(the base of .*orphan\.yaml\)"):
+        load_config(tmp_path / "orphan.yaml")
+    (tmp_path / "bad.yaml").write_text("base: orphan.yaml\ndata:\n  files+: not-a-list\n")
+    (tmp_path / "orphan.yaml").write_text("data: {files: [a.jsonl]}\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml: files\+ appends a list"):
+        load_config(tmp_path / "bad.yaml")

@@ -51,6 +51,8 @@ class DataFile:
     path: str  # a file; relative paths are resolved against the config file's folder
     weight: float | None = None  # sampling weight; None = the file's number of rows
     symmetric: bool = False  # documents get the row's instruction too (pairs of the same kind, e.g. STS)
+    # labels read "axis:class" (e.g. sentiment:positive, domain:movie): batch each axis's rows apart
+    batch_by_axis: bool = False
 
 
 @dataclass
@@ -127,6 +129,9 @@ class TrainConfig:
     precision: str = "fp32"  # fp32, or bf16 autocast (weights stay in model.dtype)
     gradient_checkpointing: bool = False  # recompute activations per chunk of texts in the backward pass
     checkpoint_chunk: int = 8  # texts per recomputed chunk
+    # > 0: cached-gradient contrastive steps (GradCache) embedding this many texts at a time, so a large
+    # data.batch_size (many in-batch negatives) fits in memory; single process only
+    grad_cache_chunk: int = 0
     seed: int = 42
     save_every: int = 50  # checkpoint every N steps (0 = only at the end)
     keep_checkpoints: int = 2  # newest checkpoints kept
@@ -163,6 +168,7 @@ _POSITIVE += ("loss.temperature", "data.batch_size", "generative.batch_size", "g
 _POSITIVE += ("train.max_steps", "train.grad_accum", "train.checkpoint_chunk", "train.keep_checkpoints")
 _NON_NEGATIVE = ("lora.dropout", "loss.reg_weight", "data.hard_negatives", "generative.weight", "train.lr")
 _NON_NEGATIVE += ("train.weight_decay", "train.warmup_steps", "train.max_grad_norm", "train.save_every")
+_NON_NEGATIVE += ("train.grad_cache_chunk",)
 
 
 def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
@@ -174,25 +180,62 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tu
     Raises:
         ConfigError: unreadable YAML, an unknown key, a wrong type or an invalid value (the message names it).
     """
-    raw: dict[str, Any] = {}
-    base = Path.cwd()
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file not found: {path}")
-        try:
-            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(raw).__name__}")
-        base = path.parent
-    config = config_from_dict(raw)
-    for files in (config.data.files, config.generative.files):
-        for item in files:
-            if not os.path.isabs(os.path.expanduser(item.path)):
-                item.path = os.path.normpath(base / item.path)
-    return apply_overrides(config, overrides)  # paths given on the command line stay relative to the cwd
+    raw = _read_yaml(Path(path)) if path is not None else {}
+    return apply_overrides(config_from_dict(raw), overrides)  # paths given on the command line stay relative
+
+
+def _read_yaml(path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A config file's mapping with data paths resolved and its ``base:`` file merged underneath.
+
+    ``base: other.yaml`` (relative to this file's folder) starts from that file's settings; this file's
+    values replace the base's, section by section, and a list key written ``key+`` (e.g. ``files+``)
+    appends to the base's list instead of replacing it.
+    """
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}" + (f" (the base of {chain[-1]})" if chain else ""))
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(raw).__name__}")
+    for section in ("data", "generative"):
+        for key in ("files", "files+"):
+            files = raw.get(section, {}).get(key) if isinstance(raw.get(section), dict) else None
+            if isinstance(files, list):
+                raw[section][key] = [_resolve_file(item, path.parent) for item in files]
+    base = raw.pop("base", None)
+    if base is None:
+        return raw
+    if not isinstance(base, str) or not base:
+        raise ConfigError(f"{path}: base must be the path of another config file, got {base!r}")
+    if path.resolve() in chain:
+        raise ConfigError(f"{path}: base files form a loop ({' -> '.join(str(p) for p in (*chain, path))})")
+    return _merge(_read_yaml(path.parent / base, (*chain, path.resolve())), raw, str(path))
+
+
+def _resolve_file(item: Any, folder: Path) -> Any:
+    """A data file entry with a relative path made relative to ``folder`` (other values as they are)."""
+    path = item.get("path") if isinstance(item, dict) else item
+    if not isinstance(path, str) or os.path.isabs(os.path.expanduser(path)):
+        return item
+    resolved = os.path.normpath(folder / path)
+    return {**item, "path": resolved} if isinstance(item, dict) else resolved
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any], where: str) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(key, str) and key.endswith("+"):
+            name = key[:-1]
+            if not isinstance(value, list) or not isinstance(merged.get(name, []), list):
+                raise ConfigError(f"{where}: {key} appends a list to the base's list {name!r}")
+            merged[name] = [*merged.get(name, []), *value]
+        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value, where)
+        else:
+            merged[key] = value
+    return merged
 
 
 def config_from_dict(raw: dict[str, Any]) -> RunConfig:

@@ -34,6 +34,7 @@ from .checkpoint import capture_rng, latest_checkpoint, load_checkpoint, restore
 from .config import ConfigError, RunConfig, config_to_dict, load_config
 from .data.streams import ContrastiveStream, GenerativeStream, expand_files
 from .forward import EmbedSettings, tokenize_texts
+from .grad_cache import grad_cache_step
 from .lora import load_trainable_state, make_trainable, save_trained, trainable_state
 from .losses import ICRLoss, InfoNCE, NextTokenLoss
 from .metrics import MetricsLog, plot_metrics
@@ -45,8 +46,8 @@ logger = logging.getLogger(__name__)
 
 CONFIG_NAME = "genembed_train.yaml"
 # keys that may change between a run and its resumption without changing what is trained
-# (gradient_checkpointing and checkpoint_chunk are memory settings: the same computation, except that with
-# lora.dropout > 0 the dropout draws differ, being made per chunk)
+# (gradient_checkpointing, checkpoint_chunk and grad_cache_chunk are memory settings: the same computation,
+# except that with lora.dropout > 0 the dropout draws differ, being made per chunk)
 _RESUME_FREE = {
     "train.max_steps",
     "train.save_every",
@@ -55,6 +56,7 @@ _RESUME_FREE = {
     "train.progress",
     "train.gradient_checkpointing",
     "train.checkpoint_chunk",
+    "train.grad_cache_chunk",
 }
 
 
@@ -98,6 +100,8 @@ def train(
     accelerator = Accelerator(cpu=not torch.cuda.is_available())
     rank, world, main = accelerator.process_index, accelerator.num_processes, accelerator.is_main_process
     _warn_if_single_process_launch(world)
+    if tc.grad_cache_chunk and world > 1:
+        raise ConfigError("train.grad_cache_chunk works in a single process; set it to 0 for a multi-process run")
     if tc.threads:
         torch.set_num_threads(tc.threads)
     out = Path(tc.output_dir)
@@ -155,6 +159,10 @@ def train(
 
     prompt_format = cfg.embedding.prompt_format or ("chat" if cfg.embedding.method == "gircse" else "plain")
     device = accelerator.device
+
+    def autocast() -> Any:
+        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=tc.precision == "bf16")
+
     gathered = cfg.loss.cross_device_negatives and world > 1
     from tqdm.auto import tqdm
 
@@ -176,17 +184,23 @@ def train(
                 per = len(rows) // world
                 gen_batch = generative.collate(rows[rank * per : (rank + 1) * per])
             mask = targets.mask_tensor()
-            sync = micro == tc.grad_accum - 1
-            with contextlib.nullcontext() if sync else accelerator.no_sync(objective):
-                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=tc.precision == "bf16"):
-                    terms = objective(
-                        queries.to(device),
-                        documents.to(device),
-                        targets.label_tensor().to(device),
-                        None if mask is None else mask.to(device),
-                        None if gen_batch is None else _to(gen_batch, device),
-                    )
-                accelerator.backward(terms["objective"] / tc.grad_accum)
+            inputs = (
+                queries.to(device),
+                documents.to(device),
+                targets.label_tensor().to(device),
+                None if mask is None else mask.to(device),
+                None if gen_batch is None else _to(gen_batch, device),
+            )
+            if tc.grad_cache_chunk:  # single process (checked above)
+                terms = grad_cache_step(
+                    objective, *inputs, chunk=tc.grad_cache_chunk, scale=1 / tc.grad_accum, autocast=autocast
+                )
+            else:
+                sync = micro == tc.grad_accum - 1
+                with contextlib.nullcontext() if sync else accelerator.no_sync(objective):
+                    with autocast():
+                        terms = objective(*inputs)
+                    accelerator.backward(terms["objective"] / tc.grad_accum)
             for key, value in terms.items():
                 if key != "objective":
                     sums[key] = sums.get(key, 0) + value.detach().float() / tc.grad_accum

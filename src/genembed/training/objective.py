@@ -77,19 +77,31 @@ class Objective(nn.Module):
         gathered = self.cross_device_negatives and world > 1
         if gathered:
             q, d = gather_with_grad(q), gather_with_grad(d)
-        if isinstance(self.rep_loss, ICRLoss):
-            terms = self.rep_loss.terms(q, d, labels, mask)
-            rep, steps, reg = terms.total, terms.step_losses, terms.reg
-        else:
-            rep = self.rep_loss(q[:, -1], d[:, -1], labels, mask)
-            steps, reg = rep[None], rep.new_zeros(())
+        rep, steps, reg = self.representation_terms(q, d, labels, mask)
         # every process computes the same global loss; scaling by the world size turns DDP's gradient
         # average into the sum of the processes' local contributions, i.e. the global loss's gradient
         objective = rep * world if gathered else rep
-        gen = rep.new_zeros(())
-        if self.gen_loss is not None and generative is not None:
-            logits, targets, rows = response_logits(self.model, generative, self.settings.checkpoint_chunk)
-            gen = self.gen_loss.loss_from_logits(logits, targets, rows, generative.input_ids.shape[0])
+        gen = self.generative_loss(generative)
+        if gen is not None:
             objective = objective + self.gen_weight * gen
+        else:
+            gen = rep.new_zeros(())
         loss = rep + self.gen_weight * gen
         return {"objective": objective, "loss": loss, "rep": rep, "step_losses": steps, "reg": reg, "gen": gen}
+
+    def representation_terms(
+        self, q: torch.Tensor, d: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(rep, step_losses (K,), reg)`` of query and document embeddings ``(B, K, D)``, ``(N, K, D)``."""
+        if isinstance(self.rep_loss, ICRLoss):
+            terms = self.rep_loss.terms(q, d, labels, mask)
+            return terms.total, terms.step_losses, terms.reg
+        rep = self.rep_loss(q[:, -1], d[:, -1], labels, mask)
+        return rep, rep[None], rep.new_zeros(())
+
+    def generative_loss(self, generative: GenerativeBatch | None) -> torch.Tensor | None:
+        """The next-token loss of a generative batch, or None without a generative loss or batch."""
+        if self.gen_loss is None or generative is None:
+            return None
+        logits, targets, rows = response_logits(self.model, generative, self.settings.checkpoint_chunk)
+        return self.gen_loss.loss_from_logits(logits, targets, rows, generative.input_ids.shape[0])

@@ -119,3 +119,68 @@ def test_shards_concatenate_back_to_the_batch():
     assert shards[0].labels + [x + offset for x in shards[1].labels] == batch.labels
     with pytest.raises(ValueError, match="split evenly"):
         batch.shard(0, 3)
+
+
+def _axis_file(tmp_path, n=12):
+    import json
+
+    path = tmp_path / "axes.jsonl"
+    rows = []
+    for i in range(n):
+        rows.append(
+            {
+                "query": f"review {i}",
+                "pos": [f"s{i}"],
+                "neg": [f"t{i}"],
+                "instruction": "Sentiment?",
+                "label": f"sentiment:{'pos' if i % 2 else 'neg'}",
+            }
+        )
+        rows.append(
+            {
+                "query": f"review {i}",
+                "pos": [f"d{i}"],
+                "neg": [f"e{i}"],
+                "instruction": "Domain?",
+                "label": f"domain:{('movie', 'product', 'food')[i % 3]}",
+            }
+        )
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_batch_by_axis_gives_each_batch_one_axis_and_shares_the_weight(tmp_path):
+    path = _axis_file(tmp_path)
+    other = tmp_path / "other.jsonl"
+    other.write_text("".join(f'{{"query": "q{i}", "pos": ["p{i}"]}}\n' for i in range(30)))
+    stream = ContrastiveStream(
+        [FileSpec(str(path), weight=60.0, batch_by_axis=True), FileSpec(str(other))],
+        batch_size=4,
+        hard_negatives=1,
+        seed=0,
+    )
+    assert [(f.name, w) for f, w in zip(stream.files, stream.weights, strict=True)] == [
+        ("axes.jsonl[domain]", 30.0),
+        ("axes.jsonl[sentiment]", 30.0),
+        ("other.jsonl", 30.0),
+    ]
+    seen = Counter()
+    for _ in range(30):
+        batch = stream.next()
+        (name,) = stream.last_rows  # one source per batch: never both axes of the review file
+        seen[name] += 1
+        if name.startswith("axes"):
+            assert len(set(batch.query_instructions)) == 1
+    assert set(seen) == {"axes.jsonl[domain]", "axes.jsonl[sentiment]", "other.jsonl"}
+    assert [s["axis"] for s in stream.summary()[:2]] == ["domain", "sentiment"]
+
+
+def test_batch_by_axis_names_a_row_without_an_axis_label(tmp_path):
+    from genembed.training.data import DataError
+
+    path = tmp_path / "bad.jsonl"
+    path.write_text(
+        '{"query": "a", "pos": ["b"], "label": "sentiment:pos"}\n{"query": "c", "pos": ["d"], "label": "pos"}\n'
+    )
+    with pytest.raises(DataError, match=r"bad\.jsonl: row 2: batch_by_axis needs a label 'axis:class', got 'pos'"):
+        ContrastiveStream([FileSpec(str(path), batch_by_axis=True)], batch_size=2, hard_negatives=0, seed=0)

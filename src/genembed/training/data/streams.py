@@ -6,7 +6,7 @@ import glob
 import os
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,11 +27,25 @@ _GLOB_CHARS = set("*?[")
 
 @dataclass(frozen=True)
 class FileSpec:
-    """A concrete file of a mixture with its sampling weight (None = its row count) and symmetry."""
+    """A concrete file of a mixture with its sampling weight (None = its row count) and symmetry.
+
+    ``batch_by_axis``: the rows' labels read ``axis:class`` (e.g. ``sentiment:positive``,
+    ``domain:movie``); each axis becomes a source of its own, so a batch holds one axis (one family of
+    instructions) and its in-batch negatives differ from the query on that axis. ``axis`` names the
+    part of the file a source holds (set by the stream).
+    """
 
     path: str
     weight: float | None = None
     symmetric: bool = False
+    batch_by_axis: bool = False
+    axis: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The file name, with the axis for one axis of a file batched by axis."""
+        base = os.path.basename(self.path)
+        return base if self.axis is None else f"{base}[{self.axis}]"
 
 
 def expand_files(files: Sequence[Any]) -> list[FileSpec]:
@@ -46,8 +60,28 @@ def expand_files(files: Sequence[Any]) -> list[FileSpec]:
         matches = sorted(glob.glob(path)) if _GLOB_CHARS & set(path) else [path]
         if not matches:
             raise DataError(path, None, "pattern matches no file")
-        specs += [FileSpec(m, item.weight, getattr(item, "symmetric", False)) for m in matches]
+        by_axis = getattr(item, "batch_by_axis", False)
+        specs += [FileSpec(m, item.weight, getattr(item, "symmetric", False), by_axis) for m in matches]
     return specs
+
+
+def _sources(spec: FileSpec) -> list[tuple[FileSpec, list[ContrastiveRow]]]:
+    """A file's rows as one source, or one source per label axis (weights shared by row count)."""
+    rows = read_contrastive(spec.path)
+    if not spec.batch_by_axis:
+        return [(spec, rows)]
+    parts: dict[str, list[ContrastiveRow]] = {}
+    for i, row in enumerate(rows):
+        axis, sep, cls = (row.label or "").partition(":")
+        if not (axis and sep and cls):
+            raise DataError(
+                spec.path, None, f"row {i + 1}: batch_by_axis needs a label 'axis:class', got {row.label!r}"
+            )
+        parts.setdefault(axis, []).append(row)
+    return [
+        (replace(spec, axis=axis, weight=None if spec.weight is None else spec.weight * len(part) / len(rows)), part)
+        for axis, part in sorted(parts.items())
+    ]
 
 
 class ContrastiveStream:
@@ -65,10 +99,11 @@ class ContrastiveStream:
     ):
         if not files:
             raise DataError("data.files", None, "no contrastive training files configured")
-        self.files = list(files)
-        self.rows: list[list[ContrastiveRow]] = [read_contrastive(f.path) for f in self.files]
+        sources = [source for spec in files for source in _sources(spec)]
+        self.files = [spec for spec, _ in sources]
+        self.rows: list[list[ContrastiveRow]] = [rows for _, rows in sources]
         self.weights = [
-            f.weight if f.weight is not None else float(len(r)) for f, r in zip(files, self.rows, strict=True)
+            f.weight if f.weight is not None else float(len(r)) for f, r in zip(self.files, self.rows, strict=True)
         ]
         keys = [[(row.query, *row.pos) for row in rows] for rows in self.rows]
         self.sampler = MixtureSampler(
@@ -97,7 +132,7 @@ class ContrastiveStream:
     def next(self) -> ContrastiveBatch:
         rng = np.random.default_rng([self.seed, 1, self.sampler.batches_drawn])
         picks = self.sampler.next_batch()
-        self.last_rows = dict(Counter(os.path.basename(self.files[f].path) for f, _ in picks).most_common())
+        self.last_rows = dict(Counter(self.files[f].name for f, _ in picks).most_common())
         return build_contrastive_batch(
             [self.rows[f][r] for f, r in picks],
             hard_negatives=self.hard_negatives,
@@ -113,7 +148,7 @@ class ContrastiveStream:
         """Per file: path, rows and share of the batches."""
         total = sum(self.weights)
         return [
-            {"path": f.path, "rows": len(r), "share": round(w / total, 4)}
+            {"path": f.path, **({"axis": f.axis} if f.axis else {}), "rows": len(r), "share": round(w / total, 4)}
             for f, r, w in zip(self.files, self.rows, self.weights, strict=True)
         ]
 

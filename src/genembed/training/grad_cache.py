@@ -1,0 +1,111 @@
+"""Cached-gradient contrastive step (GradCache): a large batch's in-batch negatives in a small batch's memory.
+
+1. Embed every query and document without gradients, chunk by chunk, recording each chunk's RNG state.
+2. Compute the representation loss on those embeddings (as leaf tensors) and its gradient with respect
+   to them: ``dL/dz``, ``(B, K, D)`` and ``(N, K, D)``.
+3. Re-embed each chunk with gradients from the same RNG state (so LoRA dropout draws the same masks) and
+   backpropagate ``sum(z * dL/dz)``, whose gradient with respect to the weights is the chunk's share of
+   ``dL/dweights``.
+
+Summed over chunks this is the gradient of the whole-batch loss; only one chunk's activations are alive
+at a time. The price is a second forward pass without gradients (about a third more compute per text).
+The generative loss, if any, is computed and backpropagated on its own batch as usual.
+
+Reference: Gao, Zhang, Han, Callan, "Scaling Deep Contrastive Learning Batch Size under Memory Limited
+Setup" (RepL4NLP 2021).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..encoders.batching import Batch
+from .data.generative import GenerativeBatch
+from .forward import embed_batch
+from .objective import Objective
+
+__all__ = ["grad_cache_step", "split_batch"]
+
+
+def split_batch(batch: Batch, chunk: int) -> list[Batch]:
+    """Row chunks of a left-padded batch, each trimmed of the padding columns none of its rows uses."""
+    parts = []
+    for start in range(0, batch.input_ids.shape[0], chunk):
+        rows = slice(start, start + chunk)
+        used = batch.attention_mask[rows].any(dim=0).nonzero()
+        first = int(used[0]) if len(used) else 0  # left padding: every row ends at the last column
+        parts.append(
+            Batch(batch.input_ids[rows, first:], batch.attention_mask[rows, first:], batch.text_mask[rows, first:])
+        )
+    return parts
+
+
+def grad_cache_step(
+    objective: Objective,
+    queries: Batch,
+    documents: Batch,
+    labels: torch.Tensor,
+    mask: torch.Tensor | None,
+    generative: GenerativeBatch | None,
+    *,
+    chunk: int,
+    scale: float = 1.0,
+    autocast: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+) -> dict[str, torch.Tensor]:
+    """Backpropagate one micro-batch's loss (times ``scale``) with cached embedding gradients.
+
+    Args:
+        objective: the training objective (single process: documents are not gathered across processes).
+        queries, documents: the micro-batch's tokenized texts.
+        labels, mask: targets over the documents (see :class:`Objective`).
+        generative: a generative batch for the joint loss, or None.
+        chunk: texts embedded at once.
+        scale: factor on the gradient (``1 / grad_accum``).
+        autocast: a context factory for the forward passes (e.g. bf16 autocast).
+
+    Returns:
+        The same terms as :meth:`Objective.forward` (detached), without ``objective``.
+    """
+    model, settings = objective.model, objective.settings
+    q_parts, d_parts = split_batch(queries, chunk), split_batch(documents, chunk)
+    parts = q_parts + d_parts
+    states, cached = [], []
+    with torch.no_grad():
+        for part in parts:
+            states.append(_rng_state())
+            with autocast():
+                cached.append(embed_batch(model, part, settings).float())
+    after = _rng_state()
+    q = torch.cat(cached[: len(q_parts)]).requires_grad_()  # (B, K, D)
+    d = torch.cat(cached[len(q_parts) :]).requires_grad_()  # (N, K, D)
+    rep, steps, reg = objective.representation_terms(q, d, labels, mask)
+    (rep * scale).backward()
+    grads = [*q.grad.split([len(p.input_ids) for p in q_parts]), *d.grad.split([len(p.input_ids) for p in d_parts])]
+    for part, state, grad in zip(parts, states, grads, strict=True):
+        _set_rng_state(state)
+        with autocast():
+            z = embed_batch(model, part, settings)
+        (z.float() * grad).sum().backward()
+    _set_rng_state(after)
+    with autocast():
+        gen = objective.generative_loss(generative)
+    if gen is not None:
+        (objective.gen_weight * gen * scale).backward()
+    else:
+        gen = rep.new_zeros(())
+    detached = {"rep": rep.detach(), "step_losses": steps.detach(), "reg": reg.detach(), "gen": gen.detach()}
+    return {"loss": detached["rep"] + objective.gen_weight * detached["gen"], **detached}
+
+
+def _rng_state() -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+    return torch.get_rng_state(), torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+
+
+def _set_rng_state(state: tuple[torch.Tensor, list[torch.Tensor] | None]) -> None:
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state_all(state[1])
