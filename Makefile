@@ -5,7 +5,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed-stamp
 TORCH_VERSION := 2.13.0
 
-.PHONY: run test setup lint format clean default-adapter
+.PHONY: run test test-fast setup lint format clean default-adapter
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -31,6 +31,11 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks scripts
 	$(VENV)/bin/ruff format --check src tests benchmarks scripts
 	$(PY) -m pytest -q
+
+# while iterating: lint and the unit tests only (no real model, no servers or subprocesses)
+test-fast: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks scripts
+	$(PY) -m pytest -q -m "not slow and not integration"
 
 format: $(STAMP)
 	$(VENV)/bin/ruff format src tests benchmarks scripts

@@ -5,7 +5,7 @@ each step's batch came from; for older runs the batches are replayed from the tr
 data stream depends only on the files, the seed and the global batch size, see
 ``genembed/training/data/sampler.py``). A step is credited to the file that gave most of its rows.
 
-    python benchmarks/loss_by_file.py configs/gircse-smollm2-stage3-axes.yaml runs/gircse-smollm2-stage3-axes
+    python benchmarks/loss_by_file.py benchmarks/configs/gircse-smollm2-stage3-axes.yaml runs/gircse-smollm2-stage3-axes
 
 Writes ``loss_by_file.{json,md}`` into the run folder (or ``--out``) and prints the table.
 """

@@ -23,6 +23,10 @@ def test_missing_model_is_a_clean_error(tmp_path):
     assert "Traceback" not in result.output
 
 
-def test_version():
+def test_version_comes_from_one_place():
+    from importlib.metadata import version
+
+    import genembed
+
     result = runner.invoke(app, ["version"])
-    assert result.exit_code == 0 and result.output.strip() == "0.1.0"
+    assert result.exit_code == 0 and result.output.strip() == genembed.__version__ == version("genembed")
