@@ -14,14 +14,6 @@ runner = CliRunner()
 
 
 @pytest.fixture
-def tiny_folder(tmp_path, tiny):
-    folder = tmp_path / "tiny-model"
-    tiny.model.save_pretrained(folder)
-    tiny.tokenizer.save_pretrained(folder)
-    return folder
-
-
-@pytest.fixture
 def devices(monkeypatch):
     """The device of every genembed.load call the commands make."""
     seen: list[str] = []

@@ -128,6 +128,7 @@ class GenembedDocumentEmbedder(_GenembedComponent):
         batch_size: documents per forward pass.
         encode_kwargs: further ``encode`` settings, e.g. ``{"steps": 10}``.
         load_kwargs: further :func:`genembed.load` settings, e.g. ``{"device": "cuda"}``.
+            (``instruction`` to ``load_kwargs``: the keywords both components take.)
         meta_fields_to_embed: metadata fields whose values are put before the content, as Haystack's own
             document embedders do.
         embedding_separator: what joins those values and the content.
@@ -137,21 +138,11 @@ class GenembedDocumentEmbedder(_GenembedComponent):
         self,
         model: Any = None,
         *,
-        instruction: str | None = None,
-        batch_size: int = 32,
-        encode_kwargs: dict[str, Any] | None = None,
-        load_kwargs: dict[str, Any] | None = None,
         meta_fields_to_embed: list[str] | None = None,
         embedding_separator: str = "\n",
+        **options: Any,
     ):
-        _GenembedComponent.__init__(
-            self,
-            model,
-            instruction=instruction,
-            batch_size=batch_size,
-            encode_kwargs=encode_kwargs,
-            load_kwargs=load_kwargs,
-        )
+        _GenembedComponent.__init__(self, model, **options)
         self.meta_fields_to_embed = list(meta_fields_to_embed or [])
         self.embedding_separator = embedding_separator
 

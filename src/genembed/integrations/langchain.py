@@ -30,31 +30,15 @@ class GenembedEmbeddings(Embeddings):
 
     Args:
         model: a loaded model, or what :func:`genembed.load` takes (None: the bundled default), loaded now.
-        query_instruction: instruction for queries (None: ``model.prompts["query"]``).
-        document_instruction: instruction for documents (None: ``model.prompts["document"]``).
-        batch_size: texts per forward pass.
-        encode_kwargs: further ``encode`` settings, e.g. ``{"steps": 10}``.
-        load_kwargs: further :func:`genembed.load` settings, e.g. ``{"device": "cuda"}``.
+        options: keywords of :class:`~genembed.integrations._sides.EmbeddingSides`:
+            ``query_instruction`` (None: ``model.prompts["query"]``), ``document_instruction`` (None:
+            ``model.prompts["document"]``), ``batch_size`` (32), ``encode_kwargs`` (further ``encode``
+            settings, e.g. ``{"steps": 10}``) and ``load_kwargs`` (further :func:`genembed.load` settings,
+            e.g. ``{"device": "cuda"}``).
     """
 
-    def __init__(
-        self,
-        model: GenerativeEmbedder | str | os.PathLike | None = None,
-        *,
-        query_instruction: str | None = None,
-        document_instruction: str | None = None,
-        batch_size: int = 32,
-        encode_kwargs: dict[str, Any] | None = None,
-        load_kwargs: dict[str, Any] | None = None,
-    ):
-        self.sides = EmbeddingSides(
-            model,
-            query_instruction=query_instruction,
-            document_instruction=document_instruction,
-            batch_size=batch_size,
-            encode_kwargs=encode_kwargs,
-            load_kwargs=load_kwargs,
-        )
+    def __init__(self, model: GenerativeEmbedder | str | os.PathLike | None = None, **options: Any):
+        self.sides = EmbeddingSides(model, **options)
         self.model = self.sides.model
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
