@@ -45,6 +45,15 @@ def tiny_model(tiny):
 
 
 @pytest.fixture(scope="session")
+def tiny_folder(tmp_path_factory, _tiny_backbone) -> Path:
+    """The session's tiny model written as an HF folder (so ``genembed.load`` can read it); do not modify it."""
+    folder = tmp_path_factory.mktemp("tiny-model")
+    _tiny_backbone.model.save_pretrained(folder)
+    _tiny_backbone.tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
 def real_model():
     """The bundled backbone (SmolLM2-135M-Instruct) without an adapter, loaded once; do not modify it."""
     import genembed

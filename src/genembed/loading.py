@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
+from typing import Any
 
-from .backbone.loading import load_backbone
+from .backbone.default_model import MissingModelError
+from .backbone.device import resolve_device
+from .backbone.loading import BUNDLED, hub_cache_folder, load_backbone
 from .model import GenerativeEmbedder
+from .saving import BACKBONE_SUBFOLDER, SETTINGS_FILE, calibration_digest, read_settings
 
-__all__ = ["DEFAULT_ADAPTER", "adapter_folder", "default_adapter", "load", "trained_for_generation"]
+__all__ = ["DEFAULT_ADAPTER", "adapter_folder", "default_adapter", "load", "saved_folder", "trained_for_generation"]
+
+logger = logging.getLogger(__name__)
 
 # the GIRCSE LoRA adapter trained for the bundled backbone (configs/gircse-smollm2.yaml, MODEL_CARD.md)
 DEFAULT_ADAPTER = Path(__file__).parent / "adapters" / "smollm2-135m-gircse"
@@ -23,34 +30,42 @@ def load(
     model: str | os.PathLike | None = None,
     adapter: str | os.PathLike | None | bool = None,
     dtype: str = "auto",
-    device: str = "cpu",
+    device: str = "auto",
     *,
-    tau: float = 1.0,
+    tau: float | None = None,
     center: bool | None = None,
 ) -> GenerativeEmbedder:
     """Load a model for embedding (and generation, reranking, RAG).
 
     Args:
-        model: None for the bundled default (SmolLM2-135M-Instruct), a local HF folder, a ``.gguf``
-            file, or a hub id already in the local HF cache. Nothing is downloaded.
+        model: None for the bundled default (SmolLM2-135M-Instruct), a folder written by
+            ``model.save`` (its ``genembed.json`` restores the settings), a local HF folder, a ``.gguf``
+            file, or a hub id already in the local HF cache (a saved model or a plain HF model).
+            Nothing is downloaded.
         adapter: a LoRA adapter folder (as written by ``genembed train``). None: the shipped GIRCSE
-            adapter when ``model`` is the bundled default, none for any other model. False: none
-            (the raw backbone). A GRIT jointly trained adapter (see :func:`trained_for_generation`)
-            is used for generation too (``model.generation_adapter = True``); an embedding-only adapter,
-            like the shipped one, only for embedding.
+            adapter when ``model`` is the bundled default, a saved model's own adapter, none for any
+            other model. False: none (the raw backbone). A GRIT jointly trained adapter (see
+            :func:`trained_for_generation`) is used for generation too (``model.generation_adapter =
+            True``); an embedding-only adapter, like the shipped one, only for embedding.
         dtype: ``"auto"`` (default: bfloat16 where the device computes it natively, such as CPUs with
             AVX512-BF16 or AMX, else float32; see :func:`genembed.backbone.default_dtype`; the
             environment variable ``GENEMBED_DTYPE`` overrides it), ``"float32"``, ``"bfloat16"`` or
             ``"float16"``.
-        device: a torch device, e.g. ``"cpu"`` or ``"cuda:0"``.
-        tau: GIRCSE soft-token softmax temperature.
+        device: ``"auto"`` (default: CUDA, then Apple MPS, then the CPU), or a torch device such as
+            ``"cpu"`` or ``"cuda:0"``.
+        tau: GIRCSE soft-token softmax temperature (None: the saved model's, else 1.0).
         center: per-instruction centering in ``encode`` by default (see
-            :mod:`genembed.encoders.centering`). None: on with the shipped adapter, where it was
-            measured to help (MODEL_CARD.md), off otherwise.
+            :mod:`genembed.encoders.centering`). None: the saved model's setting; else on with the
+            shipped adapter, where it was measured to help (MODEL_CARD.md), off otherwise.
 
     Raises:
         MissingModelError: the model or adapter is not on disk; the message says how to get it.
+        ValueError: a saved model's ``genembed.json`` is malformed (the message names the field).
     """
+    device = resolve_device(device)
+    saved = saved_folder(model)
+    if saved is not None:
+        return _load_saved(saved, adapter=adapter, dtype=dtype, device=device, tau=tau, center=center)
     backbone = load_backbone(model, dtype=dtype, device=device)
     if adapter is None and model is None:
         adapter = default_adapter()
@@ -60,8 +75,71 @@ def load(
         attach_adapter(backbone, adapter_path)
         adapter_name, joint = adapter_path.name, trained_for_generation(adapter_path)
         shipped = adapter_path.resolve() == DEFAULT_ADAPTER.resolve()
-    model = GenerativeEmbedder(backbone, tau=tau, adapter=adapter_name, center=shipped if center is None else center)
+    model = GenerativeEmbedder(
+        backbone, tau=1.0 if tau is None else tau, adapter=adapter_name, center=shipped if center is None else center
+    )
     model.generation_adapter = joint
+    return model
+
+
+def saved_folder(model: str | os.PathLike | None) -> Path | None:
+    """The folder of a model written by ``model.save``: ``model`` itself, or its snapshot in the local
+    HF cache when ``model`` is a hub id; None when ``model`` is anything else."""
+    if model is None:
+        return None
+    path = Path(os.path.expanduser(str(model)))
+    if path.is_dir():
+        return path if (path / SETTINGS_FILE).is_file() else None
+    if path.exists() or path.suffix == ".gguf":
+        return None
+    try:
+        folder = hub_cache_folder(str(model))
+    except MissingModelError:
+        return None  # load_backbone reports it
+    return folder if (folder / SETTINGS_FILE).is_file() else None
+
+
+def _load_saved(
+    folder: Path, *, adapter: Any, dtype: str, device: str, tau: float | None, center: bool | None
+) -> GenerativeEmbedder:
+    settings = read_settings(folder)
+    where = folder / SETTINGS_FILE
+    source = settings["backbone"]["source"]
+    if source == BUNDLED:
+        source = None
+    elif source == f"{BACKBONE_SUBFOLDER}/":
+        source = folder / BACKBONE_SUBFOLDER
+    try:
+        backbone = load_backbone(source, dtype=dtype, device=device)
+    except MissingModelError as exc:
+        raise MissingModelError(
+            f"{where}: backbone.source {settings['backbone']['source']!r} cannot be loaded ({exc}); "
+            "save with save_backbone=True to keep the weights in the folder"
+        ) from exc
+    backbone.name = settings["backbone"]["name"]
+    saved_adapter = (folder / "adapter_config.json").is_file()
+    adapter_name, joint = None, False
+    if adapter is None and saved_adapter:
+        attach_adapter(backbone, folder)
+        adapter_name, joint = settings.get("adapter") or folder.name, bool(settings.get("generation_adapter"))
+    elif adapter not in (None, False):
+        adapter_path = Path(os.path.expanduser(str(adapter)))
+        attach_adapter(backbone, adapter_path)
+        adapter_name, joint = adapter_path.name, trained_for_generation(adapter_path)
+    encode = dict(settings["encode"])
+    encode["tau"] = encode["tau"] if tau is None else tau
+    encode["center"] = encode["center"] if center is None else center
+    extra = {key: settings[key] for key in ("prompts", "default_prompt_name", "similarity_fn_name") if key in settings}
+    try:
+        model = GenerativeEmbedder(backbone, adapter=adapter_name, **encode, **extra)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: {exc}") from exc
+    model.generation_adapter = joint
+    digest = settings.get("calibration_sha256")
+    if model.center and digest and digest != calibration_digest():
+        logger.warning(
+            "%s was saved with other calibration texts than this genembed's: centred embeddings will differ", where
+        )
     return model
 
 
@@ -88,8 +166,6 @@ def adapter_folder(path: str | os.PathLike, what: str = "adapter folder") -> Pat
     Raises:
         MissingModelError: no ``adapter_config.json`` in ``path``.
     """
-    from .backbone.default_model import MissingModelError
-
     folder = Path(os.path.expanduser(str(path)))
     if not (folder / "adapter_config.json").is_file():
         raise MissingModelError(f"{what} {folder} holds no adapter_config.json (a peft LoRA adapter)")

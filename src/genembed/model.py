@@ -3,39 +3,69 @@ generation modules, chats and reranks) with the same weights."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 
+from .backbone.device import resolve_device
 from .backbone.loading import Backbone
 from .encoders.embedder import EncodeOptions, encode_texts, to_output, validate_texts
 from .encoders.inspect_tokens import SoftTokenStep, inspect_soft_tokens
+from .encoders.instructions import DEFAULT_QUERY_INSTRUCTION, check_prompts, default_prompts, resolve_instruction
+from .encoders.quantize import check_precision
+from .encoders.similarity import check_similarity_fn
 
 if TYPE_CHECKING:
     from .generation.rerank import RerankResult
 
 __all__ = ["DEFAULT_QUERY_INSTRUCTION", "GenerativeEmbedder"]
 
-DEFAULT_QUERY_INSTRUCTION = "Given a query, retrieve relevant passages."
-
 
 class GenerativeEmbedder:
     """A decoder LLM used as an embedding model (GIRCSE soft tokens, mean, last-token or GRIT pooling).
 
     Build it with :func:`genembed.load`. ``model.backbone`` exposes the underlying transformers model
-    and tokenizer.
+    and tokenizer. It follows sentence-transformers' conventions (``encode_query``/``encode_document``,
+    ``prompts``, ``similarity``, ``precision``, ``truncate_dim``), so code written for
+    ``SentenceTransformer`` runs on it.
+
+    Attributes:
+        method, steps, attention, prompt_format, tau, center: the defaults ``encode`` uses (saved by
+            :meth:`save`).
+        prompts: named instructions, ``{"query": ..., "document": "", "classification": None,
+            "clustering": None}`` by default (:mod:`genembed.encoders.instructions`); ``None`` means
+            "the caller's instruction". ``encode(prompt_name="query")`` uses ``prompts["query"]``.
+        default_prompt_name: the prompt ``encode`` uses when given no instruction (None: none).
+        similarity_fn_name: ``"cosine"`` (default), ``"dot"``, ``"euclidean"`` or ``"manhattan"``.
+        truncate_dim: keep only the first ``truncate_dim`` dimensions of every embedding (None: all).
 
     Example:
         >>> model = genembed.load()
         >>> q = model.encode_query("how do plants make food?")
         >>> d = model.encode_document(["Photosynthesis turns light into sugar.", "Tax law is complex."])
-        >>> (d @ q).argmax()
+        >>> model.similarity(q, d).argmax().item()
         0
     """
 
-    def __init__(self, backbone: Backbone, *, tau: float = 1.0, adapter: str | None = None, center: bool = False):
+    def __init__(
+        self,
+        backbone: Backbone,
+        *,
+        tau: float = 1.0,
+        adapter: str | None = None,
+        center: bool = False,
+        method: str = "gircse",
+        steps: int | str = 5,
+        attention: str | None = None,
+        prompt_format: str | None = None,
+        prompts: dict[str, str | None] | None = None,
+        default_prompt_name: str | None = None,
+        similarity_fn_name: str = "cosine",
+        truncate_dim: int | None = None,
+    ):
         self.backbone = backbone
         self.tau = tau
         self.adapter = adapter
@@ -45,6 +75,12 @@ class GenerativeEmbedder:
         # generate/rerank with the LoRA adapter (True: a GRIT jointly trained adapter) or with the base
         # weights (False: an embedding-only adapter); see genembed.generation.adapters and docs/grit.md
         self.generation_adapter = False
+        EncodeOptions.build(method=method, steps=steps, attention=attention, prompt_format=prompt_format, tau=tau)
+        self.method, self.steps, self.attention, self.prompt_format = method, steps, attention, prompt_format
+        self.prompts = check_prompts(default_prompts() if prompts is None else prompts)
+        self.default_prompt_name = default_prompt_name
+        self.similarity_fn_name = similarity_fn_name
+        self.truncate_dim = truncate_dim
 
     @property
     def name(self) -> str:
@@ -60,20 +96,45 @@ class GenerativeEmbedder:
     def device(self) -> torch.device:
         return next(self.backbone.model.parameters()).device
 
+    @property
+    def similarity_fn_name(self) -> str:
+        """What :meth:`similarity` computes: ``cosine``, ``dot``, ``euclidean`` or ``manhattan``."""
+        return self._similarity_fn_name
+
+    @similarity_fn_name.setter
+    def similarity_fn_name(self, value: str) -> None:
+        self._similarity_fn_name = check_similarity_fn(value)
+
+    def get_sentence_embedding_dimension(self) -> int:
+        """The length of the vectors ``encode`` returns (``truncate_dim`` when set, else :attr:`dim`)."""
+        return min(self.dim, self.truncate_dim) if self.truncate_dim else self.dim
+
+    def to(self, device: str | torch.device) -> GenerativeEmbedder:
+        """Move the model to ``device`` (``"auto"``: CUDA, then MPS, then the CPU); returns the model."""
+        self.backbone.model.to(resolve_device(device))
+        return self
+
     def encode(
         self,
         texts: str | list[str],
         *,
         instruction: str | None = None,
-        steps: int | str = 5,
-        method: str = "gircse",
+        prompt: str | None = None,
+        prompt_name: str | None = None,
+        steps: int | str | None = None,
+        method: str | None = None,
         attention: str | None = None,
         prompt_format: str | None = None,
         batch_size: int = 32,
-        normalize: bool = True,
+        normalize: bool | None = None,
+        normalize_embeddings: bool | None = None,
         max_length: int = 512,
         show_progress_bar: bool | None = None,
         convert_to_numpy: bool = True,
+        convert_to_tensor: bool = False,
+        precision: str = "float32",
+        truncate_dim: int | None = None,
+        device: str | None = None,
         return_all_steps: bool = False,
         max_steps: int = 20,
         stop_tol: float = 0.999,
@@ -85,18 +146,30 @@ class GenerativeEmbedder:
         Args:
             texts: one string (gives one vector) or a list (gives an ``(n, dim)`` array).
             instruction: what the embedding should capture, e.g. "Classify the emotion of the text".
-                None or "" for none.
-            steps: GIRCSE soft tokens K, or ``"auto"`` to stop each text when
-                ``cos(z_k, z_{k-1}) > stop_tol`` (at most ``max_steps``). Ignored by single-pass methods.
-            method: ``"gircse"``, ``"mean"``, ``"last"`` or ``"grit"``.
+                "" for none. None: ``prompt``, else ``prompts[prompt_name]``, else
+                ``prompts[default_prompt_name]``, else none.
+            prompt: sentence-transformers' name for ``instruction`` (give one of the two).
+            prompt_name: a key of ``model.prompts``, e.g. ``"query"``; an explicit instruction wins.
+            steps: GIRCSE soft tokens K (None: ``model.steps``, 5 by default), or ``"auto"`` to stop
+                each text when ``cos(z_k, z_{k-1}) > stop_tol`` (at most ``max_steps``). Ignored by
+                single-pass methods.
+            method: ``"gircse"``, ``"mean"``, ``"last"`` or ``"grit"`` (None: ``model.method``).
             attention: ``"causal"`` (default) or ``"bidirectional"``; ``grit`` is always bidirectional.
             prompt_format: ``"chat"`` (default for gircse) or ``"plain"`` (default otherwise); see
                 :mod:`genembed.encoders.prompts`.
             batch_size: texts per forward pass (texts are sorted by length first).
-            normalize: L2-normalize the embeddings.
+            normalize: L2-normalize the embeddings (default True).
+            normalize_embeddings: sentence-transformers' name for ``normalize``.
             max_length: tokens per prompt; longer texts are cut from the end (the instruction is kept).
             show_progress_bar: None shows one for more than 8 batches.
-            convert_to_numpy: numpy arrays (default) or torch tensors.
+            convert_to_numpy: numpy arrays (default) or, when False, one torch tensor.
+            convert_to_tensor: one torch tensor (wins over ``convert_to_numpy``).
+            precision: ``"float32"``, ``"int8"``, ``"uint8"``, ``"binary"`` or ``"ubinary"``, as
+                sentence-transformers' ``quantize_embeddings`` makes them (:mod:`genembed.encoders.quantize`;
+                int8/uint8 ranges come from the texts of this call, so they need two or more).
+            truncate_dim: keep the first ``truncate_dim`` dimensions (None: ``model.truncate_dim``),
+                normalised after truncation when normalising.
+            device: move the model to this device first (``"auto"``, ``"cpu"``, ``"cuda:0"``, ...); it stays there.
             return_all_steps: GIRCSE only: ``(n, K, dim)`` holding ``z_1..z_K`` from one run.
             return_steps_used: with ``steps="auto"``, also return the steps each text used.
             center: subtract the instruction's centre, the mean embedding of the bundled calibration
@@ -110,11 +183,24 @@ class GenerativeEmbedder:
 
         Raises:
             TypeError: an item of ``texts`` is not a string (the message names its index).
-            ValueError: a bad ``steps``, ``method``, ``attention`` or other setting.
+            ValueError: a bad ``steps``, ``method``, ``attention``, ``prompt_name``, ``precision`` or
+                other setting.
         """
+        instruction = resolve_instruction(
+            self.prompts,
+            instruction=instruction,
+            prompt=prompt,
+            prompt_name=prompt_name,
+            default_prompt_name=self.default_prompt_name,
+        )
+        normalize = _one_flag("normalize", normalize, "normalize_embeddings", normalize_embeddings, default=True)
+        if method is None or method == self.method:  # the model's settings belong to its own method
+            method = self.method
+            attention = self.attention if attention is None else attention
+            prompt_format = prompt_format or self.prompt_format
         options = EncodeOptions.build(
             method=method,
-            steps=steps,
+            steps=self.steps if steps is None else steps,
             max_steps=max_steps,
             stop_tol=stop_tol,
             attention=attention,
@@ -123,23 +209,41 @@ class GenerativeEmbedder:
             max_length=max_length,
             batch_size=batch_size,
         )
+        check_precision(precision)
+        truncate_dim = self.truncate_dim if truncate_dim is None else truncate_dim
+        if truncate_dim is not None and (
+            isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int) or truncate_dim < 1
+        ):
+            raise ValueError(f"truncate_dim must be a positive int or None, got {truncate_dim!r}")
         if return_all_steps and (method != "gircse" or options.adaptive):
             raise ValueError("return_all_steps needs method='gircse' and a fixed number of steps")
+        if return_all_steps and precision != "float32":
+            raise ValueError("return_all_steps gives float32 embeddings only; quantize each step yourself")
+        if device is not None:
+            self.to(device)
         items, single = validate_texts(texts)
         embeddings, used = encode_texts(
             self.backbone,
             items,
             options,
-            instruction=instruction or "",
+            instruction=instruction,
             return_all_steps=return_all_steps,
             show_progress_bar=show_progress_bar,
         )
         if self.center if center is None else center:
             from .encoders.centering import apply_centre, centre
 
-            shift = centre(self.backbone, options, instruction or "", all_steps=return_all_steps)
+            shift = centre(self.backbone, options, instruction, all_steps=return_all_steps)
             embeddings = apply_centre(embeddings, shift)
-        out = to_output(embeddings, normalize=normalize, convert_to_numpy=convert_to_numpy, single=single)
+        convert_to_numpy = convert_to_numpy and not convert_to_tensor
+        out = to_output(
+            embeddings,
+            normalize=normalize,
+            convert_to_numpy=convert_to_numpy,
+            single=single,
+            truncate_dim=truncate_dim,
+            precision=precision,
+        )
         if return_steps_used:
             if used is None:
                 used = torch.full((len(items),), options.steps if method == "gircse" else 1)
@@ -147,16 +251,46 @@ class GenerativeEmbedder:
             return out, (used_out[0] if single else used_out)
         return out
 
-    def encode_query(self, texts: str | list[str], *, instruction: str | None = None, **kwargs: Any) -> Any:
-        """:meth:`encode` with a query instruction (default :data:`DEFAULT_QUERY_INSTRUCTION`)."""
-        return self.encode(
-            texts, instruction=DEFAULT_QUERY_INSTRUCTION if instruction is None else instruction, **kwargs
-        )
+    def encode_query(self, texts: str | list[str], **kwargs: Any) -> Any:
+        """:meth:`encode` with ``prompt_name="query"`` (:data:`DEFAULT_QUERY_INSTRUCTION` unless
+        ``model.prompts`` says otherwise) when no instruction, prompt or prompt name is given."""
+        return self.encode(texts, **_named_side(kwargs, self.prompts, ("query",)))
 
     def encode_document(self, texts: str | list[str], **kwargs: Any) -> Any:
-        """:meth:`encode` with no instruction: documents are embedded as they are."""
-        kwargs.pop("instruction", None)
-        return self.encode(texts, instruction=None, **kwargs)
+        """:meth:`encode` with ``prompt_name="document"`` (no instruction unless ``model.prompts`` says
+        otherwise) when no instruction, prompt or prompt name is given."""
+        return self.encode(texts, **_named_side(kwargs, self.prompts, ("document", "passage", "corpus")))
+
+    def similarity(self, a: Any, b: Any, *, similarity_fn_name: str | None = None) -> torch.Tensor:
+        """``(n, m)`` similarity matrix of two sets of embeddings (one vector counts as one row), by
+        ``model.similarity_fn_name`` unless given: cosine, dot, or negative euclidean / manhattan distance."""
+        from .encoders.similarity import similarity
+
+        return similarity(a, b, similarity_fn_name or self.similarity_fn_name)
+
+    def similarity_pairwise(self, a: Any, b: Any, *, similarity_fn_name: str | None = None) -> torch.Tensor:
+        """``(n,)`` similarity of ``a[i]`` with ``b[i]`` (see :meth:`similarity`)."""
+        from .encoders.similarity import similarity_pairwise
+
+        return similarity_pairwise(a, b, similarity_fn_name or self.similarity_fn_name)
+
+    def save(self, folder: str | os.PathLike, *, save_backbone: bool | None = None) -> Path:
+        """Write the model to ``folder`` so that ``genembed.load(folder)`` restores it with its settings.
+
+        Writes the LoRA adapter (when there is one) and ``genembed.json`` (method, steps, tau, prompt
+        format, centering, prompts, backbone), atomically; see :mod:`genembed.saving`.
+
+        Args:
+            folder: the folder to write (replaced if it holds an earlier save).
+            save_backbone: also write the backbone's weights and tokenizer. None: only when the backbone
+                cannot be found again by name (an in-memory model) or there is no adapter.
+
+        Returns:
+            The folder.
+        """
+        from .saving import save_model
+
+        return save_model(self, folder, save_backbone=save_backbone)
 
     def inspect(
         self,
@@ -279,12 +413,23 @@ class GenerativeEmbedder:
             self, query, corpus_or_index, k=k, rerank=rerank, rerank_top=rerank_top, instruction=instruction, **kwargs
         )
 
-    def similarity(self, a: np.ndarray | torch.Tensor, b: np.ndarray | torch.Tensor) -> np.ndarray:
-        """Cosine similarity matrix between two sets of embeddings."""
-        a_t = torch.nn.functional.normalize(torch.as_tensor(np.atleast_2d(np.asarray(a)), dtype=torch.float32), dim=-1)
-        b_t = torch.nn.functional.normalize(torch.as_tensor(np.atleast_2d(np.asarray(b)), dtype=torch.float32), dim=-1)
-        return (a_t @ b_t.T).numpy()
-
     def __repr__(self) -> str:
         centred = ", center=True" if self.center else ""
         return f"GenerativeEmbedder({self.name!r}, dim={self.dim}, device={self.device}{centred})"
+
+
+def _one_flag(name: str, value: bool | None, alias: str, alias_value: bool | None, *, default: bool) -> bool:
+    """A setting that has a genembed name and a sentence-transformers name; both given must agree."""
+    if value is not None and alias_value is not None and bool(value) != bool(alias_value):
+        raise ValueError(f"{name}={value} and {alias}={alias_value} disagree; give one of them")
+    chosen = value if value is not None else alias_value
+    return default if chosen is None else bool(chosen)
+
+
+def _named_side(kwargs: dict[str, Any], prompts: dict[str, str | None], names: tuple[str, ...]) -> dict[str, Any]:
+    """``kwargs`` with ``prompt_name`` set to the first of ``names`` in ``prompts``, unless they already
+    choose an instruction (sentence-transformers' ``encode_query``/``encode_document``)."""
+    if any(kwargs.get(key) is not None for key in ("instruction", "prompt", "prompt_name")):
+        return kwargs
+    side = next((name for name in names if name in prompts), None)
+    return {**kwargs, "prompt_name": side}

@@ -170,14 +170,6 @@ def test_an_unfinished_folder_cannot_be_loaded(tmp_path):
         load_corpus_embeddings(tmp_path)
 
 
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory, _tiny_backbone) -> Path:
-    folder = tmp_path_factory.mktemp("tiny-model")
-    _tiny_backbone.model.save_pretrained(folder)
-    _tiny_backbone.tokenizer.save_pretrained(folder)
-    return folder
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -174,3 +174,11 @@ def test_fast_path_equals_the_transformers_path_on_the_default_model(real_model,
         ref = real_model.encode(texts, instruction="Retrieve semantically similar text.", **settings)
         monkeypatch.delenv("GENEMBED_FAST_PATH")
         assert (fast * ref).sum(axis=1).min() > 0.99999, settings
+
+
+def test_used_only_on_the_cpu(tiny):
+    with torch.no_grad():
+        assert FastDecoder.build(tiny.model) is not None
+        tiny.model.to("meta")  # any device other than the CPU
+        assert fast_mod._unsupported_reason(tiny.model) == "device meta is not the CPU"
+        assert FastDecoder.build(tiny.model) is None

@@ -1,5 +1,5 @@
-"""Fixtures for the training tests: the small data files in tests/assets/training, a tiny model saved
-to a folder (so ``genembed.load`` can read it back), and a tiny-model run config."""
+"""Fixtures for the training tests: the small data files in tests/assets/training and a tiny-model run
+config (the tiny model saved to a folder, ``tiny_folder``, is in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -13,15 +13,6 @@ ASSETS = Path(__file__).resolve().parents[1] / "assets" / "training"
 @pytest.fixture(scope="session")
 def assets() -> Path:
     return ASSETS
-
-
-@pytest.fixture(scope="session")
-def tiny_folder(tmp_path_factory, _tiny_backbone) -> Path:
-    """The session's tiny model written as an HF folder."""
-    folder = tmp_path_factory.mktemp("tiny-model")
-    _tiny_backbone.model.save_pretrained(folder)
-    _tiny_backbone.tokenizer.save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 from .attention import Attention, check_attention, decoder_stack, position_ids_from_mask, run_decoder
 from .cache import atomic_directory, cache_root
 from .default_model import DEFAULT_MODEL_NAME, MissingModelError, default_gguf_path
+from .device import resolve_device
 from .loading import Backbone, default_dtype, load_backbone, resolve_dtype
 from .tiny import tiny_backbone
 
@@ -21,6 +22,7 @@ __all__ = [
     "default_gguf_path",
     "load_backbone",
     "position_ids_from_mask",
+    "resolve_device",
     "resolve_dtype",
     "run_decoder",
     "tiny_backbone",

@@ -21,22 +21,30 @@ def cache_root() -> Path:
 
 
 @contextlib.contextmanager
-def atomic_directory(target: Path) -> Iterator[Path]:
+def atomic_directory(target: Path, *, replace: bool = False) -> Iterator[Path]:
     """Yield a temporary folder beside ``target`` and rename it to ``target`` when the block succeeds.
 
     A crash inside the block leaves no half-written ``target``. If another process created ``target``
-    meanwhile, its copy wins and ours is discarded (both are complete).
+    meanwhile, its copy wins and ours is discarded (both are complete). With ``replace``, an existing
+    ``target`` is swapped for ours instead (moved aside, then deleted once ours is in place).
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    old = None
     try:
         yield tmp
+        if replace and target.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+            os.rename(target, old / target.name)
         try:
             os.rename(tmp, target)
         except OSError:
-            if not target.exists():
+            if old is not None:  # put the previous copy back rather than leave nothing
+                os.rename(old / target.name, target)
+            if not target.exists() or old is not None:
                 raise
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        for leftover in (tmp, old):
+            if leftover is not None and leftover.exists():
+                shutil.rmtree(leftover, ignore_errors=True)

@@ -13,8 +13,11 @@ from typing import Any
 
 from .cache import atomic_directory, cache_root
 from .default_model import DEFAULT_MODEL_NAME, MissingModelError, default_gguf_path
+from .device import resolve_device
 
-__all__ = ["Backbone", "default_dtype", "load_backbone", "resolve_dtype"]
+__all__ = ["BUNDLED", "Backbone", "default_dtype", "hub_cache_folder", "load_backbone", "resolve_dtype"]
+
+BUNDLED = "bundled"  # Backbone.source of the bundled default (load_backbone(None))
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +33,9 @@ class Backbone:
     tokenizer: Any
     name: str
     path: str | None = None
+    # what loads these weights again: a hub id, an absolute path, BUNDLED for the bundled default, or
+    # None for a model built in memory (genembed.saving writes it into genembed.json)
+    source: str | None = None
 
 
 def default_dtype(device: str = "cpu") -> str:
@@ -77,7 +83,7 @@ def load_backbone(model: str | os.PathLike | None = None, *, dtype: Any = "auto"
         model: None for the bundled default (SmolLM2-135M-Instruct), a local HF folder, a local
             ``.gguf`` file, or a hub id already in the local HF cache.
         dtype: ``"auto"`` (:func:`default_dtype`), ``"float32"``, ``"bfloat16"`` or ``"float16"``.
-        device: a torch device string.
+        device: a torch device string, or ``"auto"`` (:func:`~genembed.backbone.device.resolve_device`).
 
     Returns:
         A :class:`Backbone` in eval mode.
@@ -87,21 +93,22 @@ def load_backbone(model: str | os.PathLike | None = None, *, dtype: Any = "auto"
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, device)
     if model is None:
-        folder, name = converted_gguf_folder(default_gguf_path()), DEFAULT_MODEL_NAME
+        folder, name, source = converted_gguf_folder(default_gguf_path()), DEFAULT_MODEL_NAME, BUNDLED
     else:
         path = Path(os.path.expanduser(str(model)))
         if path.suffix == ".gguf":
             if not path.is_file():
                 raise MissingModelError(f"GGUF file not found: {path}")
-            folder, name = converted_gguf_folder(path), path.stem
+            folder, name, source = converted_gguf_folder(path), path.stem, str(path.resolve())
         elif path.is_dir():
             if not (path / "config.json").is_file():
                 raise MissingModelError(f"{path} is a folder but holds no config.json: not a HF model folder")
-            folder, name = path, path.name
+            folder, name, source = path, path.name, str(path.resolve())
         else:
-            folder, name = _hub_cache_folder(str(model)), str(model)
+            folder, name, source = hub_cache_folder(str(model)), str(model), str(model)
     t0 = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
     lm = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch_dtype)
@@ -109,11 +116,16 @@ def load_backbone(model: str | os.PathLike | None = None, *, dtype: Any = "auto"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     logger.info("loaded %s from %s in %.1fs", name, folder, time.perf_counter() - t0)
-    return Backbone(model=lm, tokenizer=tokenizer, name=name, path=str(folder))
+    return Backbone(model=lm, tokenizer=tokenizer, name=name, path=str(folder), source=source)
 
 
-def _hub_cache_folder(repo_id: str) -> Path:
-    """The snapshot folder of a hub id already in the local HF cache; never goes online."""
+def hub_cache_folder(repo_id: str) -> Path:
+    """The snapshot folder of a hub id already in the local HF cache (``HF_HOME``/``HF_HUB_CACHE``,
+    default ``~/.cache/huggingface/hub``); never goes online.
+
+    Raises:
+        MissingModelError: ``repo_id`` looks like a path, or is not in the cache.
+    """
     looks_like_path = repo_id.startswith((".", "/", "~")) or os.sep in repo_id.strip("/").replace("/", "", 1)
     how = (
         "This machine loads models only from disk. Pass a local HF folder or .gguf file, or download "

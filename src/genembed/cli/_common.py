@@ -30,14 +30,24 @@ DtypeOpt = Annotated[
 ]
 
 
-def load_model(model: str | None, adapter: str | None, dtype: str = "auto", center: bool | None = None) -> Any:
-    """Load a model, turning a missing model into a clean CLI error instead of a traceback."""
+DeviceOpt = Annotated[
+    str,
+    typer.Option(
+        "--device", help="auto (CUDA, then Apple MPS, then the CPU), or a torch device such as cpu, cuda:0, mps"
+    ),
+]
+
+
+def load_model(
+    model: str | None, adapter: str | None, dtype: str = "auto", center: bool | None = None, device: str = "auto"
+) -> Any:
+    """Load a model, turning a missing model or a bad setting into a clean CLI error instead of a traceback."""
     import genembed
     from genembed.backbone import MissingModelError
 
     try:
         chosen = False if adapter is not None and adapter.lower() == "none" else adapter
-        return genembed.load(model, adapter=chosen, dtype=dtype, center=center)
-    except MissingModelError as exc:
+        return genembed.load(model, adapter=chosen, dtype=dtype, device=device, center=center)
+    except (MissingModelError, ValueError) as exc:
         typer.secho(f"error: {exc}", fg="red", err=True)
         raise typer.Exit(2) from exc

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ._common import AdapterOpt, DtypeOpt, ModelOpt, load_model
+from ._common import AdapterOpt, DeviceOpt, DtypeOpt, ModelOpt, load_model
 
 
 def ask(
@@ -29,6 +29,7 @@ def ask(
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
     dtype: DtypeOpt = "auto",
+    device: DeviceOpt = "auto",
 ) -> None:
     """Answer QUESTION from the passages of INDEX_DIR with one model (retrieval and generation)."""
     from rich.console import Console
@@ -51,7 +52,7 @@ def ask(
     except (IndexLoadError, FileNotFoundError, ValueError) as exc:
         fail(str(exc))
     ref = index.manifest["model"].get("ref", {})
-    loaded = load_model(model or ref.get("model"), adapter or ref.get("adapter"), dtype)
+    loaded = load_model(model or ref.get("model"), adapter or ref.get("adapter"), dtype, device=device)
     console = Console(width=140)
     console.print(f"[bold]Q:[/bold] {question}")
     console.print("[bold]A:[/bold] ", end="")

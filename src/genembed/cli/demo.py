@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from ._common import AdapterOpt, ModelOpt, load_model
+from ._common import AdapterOpt, DeviceOpt, ModelOpt, load_model
 
 
 def _read_jsonl(name: str) -> list[dict]:
@@ -24,6 +24,7 @@ def _read_jsonl(name: str) -> list[dict]:
 def demo(
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
+    device: DeviceOpt = "auto",
     steps: Annotated[int, typer.Option("--steps", "-k", min=1, help="GIRCSE soft tokens K")] = 5,
     top_k: Annotated[int, typer.Option("--top-k", min=1, help="results shown per query")] = 3,
 ) -> None:
@@ -35,7 +36,7 @@ def demo(
     timings: list[tuple[str, float, str]] = []
 
     t0 = time.perf_counter()
-    loaded = load_model(model, adapter)
+    loaded = load_model(model, adapter, device=device)
     timings.append(("load model", time.perf_counter() - t0, loaded.name))
     corpus, queries = _read_jsonl("sample_corpus.jsonl"), [q["text"] for q in _read_jsonl("sample_queries.jsonl")]
     docs = [d["text"] for d in corpus]

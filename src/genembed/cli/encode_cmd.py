@@ -8,13 +8,12 @@ or ``torchrun --nproc-per-node 4 -m genembed.cli.app encode ...``: each rank enc
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from ._common import AdapterOpt, CenterOpt, DtypeOpt, ModelOpt, load_model
+from ._common import AdapterOpt, CenterOpt, DeviceOpt, DtypeOpt, ModelOpt, load_model
 
 
 def _fail(message: str) -> None:
@@ -43,9 +42,7 @@ def encode(
     ] = "title",
     normalize: Annotated[bool, typer.Option("--normalize/--no-normalize", help="L2-normalize")] = True,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="delete existing shards instead of resuming")] = False,
-    device: Annotated[
-        str | None, typer.Option("--device", help="e.g. cpu or cuda:0 (default: cuda:LOCAL_RANK if available)")
-    ] = None,
+    device: DeviceOpt = "auto",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
 ) -> None:
     """Embed every record of INPUT.jsonl into OUT/shard-*.npy (+ ids); see docs/performance.md."""
@@ -60,10 +57,7 @@ def encode(
         )
     except ValueError as exc:
         _fail(str(exc))
-    loaded = load_model(model, adapter, dtype, center)
-    device = device or _default_device()
-    if device != "cpu":
-        loaded.backbone.model.to(device)
+    loaded = load_model(model, adapter, dtype, center, device)  # auto: cuda:LOCAL_RANK where there is CUDA
     options = EncodeOptions.build(
         method=method, steps=steps, attention=attention, max_length=max_length, batch_size=batch_size, tau=loaded.tau
     )
@@ -92,11 +86,3 @@ def encode(
             f"(this rank: {len(result.encoded_shards)} encoded, {len(result.skipped_shards)} already there; "
             f"{result.world_size} process{'es' if result.world_size > 1 else ''})"
         )
-
-
-def _default_device() -> str:
-    import torch
-
-    if torch.cuda.is_available():
-        return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
-    return "cpu"

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ._common import AdapterOpt, CenterOpt, DtypeOpt, ModelOpt, load_model
+from ._common import AdapterOpt, CenterOpt, DeviceOpt, DtypeOpt, ModelOpt, load_model
 
 
 def eval_tasks(
@@ -38,6 +38,7 @@ def eval_tasks(
     ] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="encode everything, read and write no cache")] = False,
     dtype: DtypeOpt = "auto",
+    device: DeviceOpt = "auto",
     center: CenterOpt = None,
 ) -> None:
     """Evaluate on task folders with exactly the metrics of the task format (all x100)."""
@@ -47,7 +48,7 @@ def eval_tasks(
         tasks = [load_task(p, limit=limit) for p in find_task_dirs(list(task_dirs))]
     except (TaskFormatError, ValueError) as exc:
         _fail(str(exc))
-    loaded = load_model(model, adapter, dtype, center)
+    loaded = load_model(model, adapter, dtype, center, device)
     try:
         encoder = GenembedEncoder(
             loaded,

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from ._common import AdapterOpt, DtypeOpt, ModelOpt, load_model
+from ._common import AdapterOpt, DeviceOpt, DtypeOpt, ModelOpt, load_model
 
 
 def make_gen_data(
@@ -21,6 +21,7 @@ def make_gen_data(
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
     dtype: DtypeOpt = "auto",
+    device: DeviceOpt = "auto",
     field: Annotated[str | None, typer.Option("--field", help="JSON field holding the prompt")] = None,
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="answer at most this many prompts")] = None,
     offset: Annotated[
@@ -44,7 +45,7 @@ def make_gen_data(
     except DataError as exc:
         typer.secho(f"error: {exc}", fg="red", err=True)
         raise typer.Exit(2) from exc
-    loaded = load_model(model, adapter or "none", dtype)
+    loaded = load_model(model, adapter or "none", dtype, device=device)
     path = generate_responses(
         loaded.backbone,
         prompts,

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ._common import AdapterOpt, CenterOpt, DtypeOpt, ModelOpt, load_model
+from ._common import AdapterOpt, CenterOpt, DeviceOpt, DtypeOpt, ModelOpt, load_model
 
 index_app = typer.Typer(
     help="Build, extend and inspect retrieval indexes (faiss + chunk metadata + optional KV states).",
@@ -52,6 +52,7 @@ def build(
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
     dtype: DtypeOpt = "auto",
+    device: DeviceOpt = "auto",
     center: CenterOpt = None,
 ) -> None:
     """Chunk, embed and index SOURCES. Rerun the same command after an interruption to resume."""
@@ -71,7 +72,7 @@ def build(
         config.options()
     except ValueError as exc:
         _fail(str(exc))
-    loaded = load_model(model, adapter, dtype, center)
+    loaded = load_model(model, adapter, dtype, center, device)
     config = EmbedConfig(**{**config.to_dict(), "tau": loaded.tau, "center": loaded.center})
     try:
         index = build_index(
@@ -100,6 +101,7 @@ def add(
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
     dtype: DtypeOpt = "auto",
+    device: DeviceOpt = "auto",
 ) -> None:
     """Append SOURCES to an index (same model and settings). Resumes like `build`."""
     from genembed.retrieval.chunking import SourceError
@@ -111,7 +113,7 @@ def add(
         ref = read_manifest(index_dir)["model"].get("ref", {}) if index_dir.is_dir() else {}
     except IndexLoadError as exc:
         _fail(str(exc))
-    loaded = load_model(model or ref.get("model"), adapter or ref.get("adapter"), dtype)
+    loaded = load_model(model or ref.get("model"), adapter or ref.get("adapter"), dtype, device=device)
     try:
         index = add_to_index(loaded, index_dir, sources, batch_size=batch_size)
     except (SourceError, IndexLoadError, FileNotFoundError, FileExistsError, ValueError) as exc:

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from ._common import AdapterOpt, DtypeOpt, ModelOpt, load_model
+from ._common import AdapterOpt, DeviceOpt, DtypeOpt, ModelOpt, load_model
 
 
 def inspect(
@@ -17,12 +17,13 @@ def inspect(
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
     dtype: DtypeOpt = "auto",
+    device: DeviceOpt = "auto",
 ) -> None:
     """Show the "embedding language": per step k, the most probable tokens of the soft token p_k."""
     from rich.console import Console
     from rich.table import Table
 
-    loaded = load_model(model, adapter, dtype)
+    loaded = load_model(model, adapter, dtype, device=device)
     table = Table(title=f"soft tokens of {text!r}" + (f" | {instruction}" if instruction else ""))
     table.add_column("k", justify="right")
     table.add_column(f"top {top} tokens of p_k (probability)")

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from ._common import AdapterOpt, CenterOpt, DtypeOpt, ModelOpt, load_model
+from ._common import AdapterOpt, CenterOpt, DeviceOpt, DtypeOpt, ModelOpt, load_model
 
 _LIMITS = "Limits and batching"
 
@@ -15,6 +15,7 @@ def serve(
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
     dtype: DtypeOpt = "auto",
+    device: DeviceOpt = "auto",
     center: CenterOpt = None,
     host: Annotated[str, typer.Option("--host", help="address to bind; loopback unless you mean to expose it")] = (
         "127.0.0.1"
@@ -101,7 +102,7 @@ def serve(
         import torch
 
         torch.set_num_threads(threads)
-    loaded = load_model(model, adapter, dtype, center)
+    loaded = load_model(model, adapter, dtype, center, device)
     if generation_adapter is not None:
         loaded.generation_adapter = generation_adapter
     shown = f"[{host}]" if ":" in host else host

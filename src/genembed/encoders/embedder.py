@@ -26,6 +26,7 @@ from .batching import collate, length_sorted_batches
 from .fast_decoder import FastDecoder
 from .pooling import last_token_pool, masked_mean, running_means
 from .prompts import PROMPT_FORMATS, encode_prompts
+from .quantize import quantize_embeddings
 from .soft_tokens import generate_soft_tokens
 
 __all__ = ["METHODS", "EncodeOptions", "encode_texts", "validate_texts"]
@@ -210,11 +211,23 @@ def _encode_batch(
 
 
 def to_output(
-    embeddings: torch.Tensor, *, normalize: bool, convert_to_numpy: bool, single: bool
+    embeddings: torch.Tensor,
+    *,
+    normalize: bool,
+    convert_to_numpy: bool,
+    single: bool,
+    truncate_dim: int | None = None,
+    precision: str = "float32",
 ) -> np.ndarray | torch.Tensor:
-    """Normalize (L2, last axis) and convert; a single input string gives one vector."""
+    """Truncate to the first ``truncate_dim`` dimensions, normalize (L2, last axis), quantize to
+    ``precision`` (:mod:`genembed.encoders.quantize`) and convert, in sentence-transformers' order;
+    a single input string gives one vector."""
+    if truncate_dim is not None:
+        embeddings = embeddings[..., :truncate_dim]
     if normalize and embeddings.numel():
         embeddings = torch.nn.functional.normalize(embeddings, dim=-1)
+    if precision != "float32":
+        embeddings = torch.from_numpy(quantize_embeddings(embeddings, precision))
     if single:
         embeddings = embeddings[0]
     return embeddings.numpy() if convert_to_numpy else embeddings

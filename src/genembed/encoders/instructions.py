@@ -1,0 +1,62 @@
+"""Named instructions (sentence-transformers' ``prompts``) and which instruction an encode call uses.
+
+A model carries ``prompts: dict[str, str | None]``, e.g. ``{"query": "Given a query, retrieve relevant
+passages.", "document": "", "classification": None, "clustering": None}``. In genembed a prompt is an
+*instruction*: it goes where ``instruction=`` goes, inside the prompt format
+(:mod:`genembed.encoders.prompts`), not glued in front of the text. ``""`` means no instruction;
+``None`` means the task needs the caller's own instruction ("Classify the emotion of the text"), and
+without one the text is embedded with none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+__all__ = ["DEFAULT_QUERY_INSTRUCTION", "check_prompts", "default_prompts", "resolve_instruction"]
+
+DEFAULT_QUERY_INSTRUCTION = "Given a query, retrieve relevant passages."
+
+
+def default_prompts() -> dict[str, str | None]:
+    """The named instructions a model starts with: the query instruction the shipped adapter was
+    trained with, documents as they are, and classification/clustering left to the caller."""
+    return {"query": DEFAULT_QUERY_INSTRUCTION, "document": "", "classification": None, "clustering": None}
+
+
+def check_prompts(prompts: Mapping[str, str | None]) -> dict[str, str | None]:
+    """A copy of ``prompts`` after checking names are strings and values strings or None."""
+    if not isinstance(prompts, Mapping):
+        raise TypeError(f"prompts must be a dict of name -> instruction, got {type(prompts).__name__}")
+    for name, value in prompts.items():
+        if not isinstance(name, str) or not (value is None or isinstance(value, str)):
+            raise TypeError(f"prompts[{name!r}] must map a string to a string or None, got {value!r}")
+    return dict(prompts)
+
+
+def resolve_instruction(
+    prompts: Mapping[str, str | None],
+    *,
+    instruction: str | None = None,
+    prompt: str | None = None,
+    prompt_name: str | None = None,
+    default_prompt_name: str | None = None,
+) -> str:
+    """The instruction one encode call uses.
+
+    ``instruction`` and ``prompt`` are two names for the same thing (genembed's and
+    sentence-transformers'). As in sentence-transformers, an explicit one wins over ``prompt_name``,
+    and ``default_prompt_name`` applies only when neither is given.
+
+    Raises:
+        ValueError: ``instruction`` and ``prompt`` disagree, or ``prompt_name`` is not in ``prompts``
+            (the message lists the known names).
+    """
+    if instruction is not None and prompt is not None and instruction != prompt:
+        raise ValueError(f"instruction={instruction!r} and prompt={prompt!r} disagree; give one of them")
+    if prompt_name is not None and prompt_name not in prompts:
+        raise ValueError(f"unknown prompt_name {prompt_name!r}; this model's prompts are {sorted(prompts)}")
+    explicit = instruction if instruction is not None else prompt
+    if explicit is not None:
+        return explicit
+    name = prompt_name if prompt_name is not None else default_prompt_name
+    return (prompts.get(name) or "") if name is not None else ""

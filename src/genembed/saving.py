@@ -1,0 +1,131 @@
+"""``model.save(folder)``: a model and the settings it embeds with, for ``genembed.load(folder)``.
+
+A saved folder holds:
+
+- ``genembed.json``: the settings (:data:`SETTINGS_FILE`, below);
+- ``adapter_config.json`` + ``adapter_model.safetensors``: the LoRA adapter, when the model has one
+  (peft's own format, so ``genembed.load(base, adapter=folder)`` and peft read it too);
+- ``backbone/``: the backbone's weights and tokenizer (a transformers folder), when they cannot be
+  found again by name (a model built in memory) or when asked with ``save_backbone=True``.
+
+``genembed.json`` records the backbone by what loads it (``"bundled"`` for the bundled default, a hub
+id, an absolute path, or ``"backbone/"`` inside the folder), the encoding defaults (method, steps,
+attention, prompt format, tau, centering, truncate_dim), the named instructions (``prompts``,
+``default_prompt_name``), ``similarity_fn_name``, whether generation uses the adapter, and, with
+centering on, a digest of the calibration texts the centres come from, so that a change to the
+bundled texts is reported on load. Copy the folder into the HF cache layout
+(``models--org--name/snapshots/<rev>/``, e.g. by uploading it and downloading it with ``hf download``)
+and ``genembed.load("org/name")`` finds it offline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from . import __version__
+from .backbone.cache import atomic_directory
+
+if TYPE_CHECKING:
+    from .model import GenerativeEmbedder
+
+__all__ = ["BACKBONE_SUBFOLDER", "FORMAT", "SETTINGS_FILE", "calibration_digest", "read_settings", "save_model"]
+
+SETTINGS_FILE = "genembed.json"
+BACKBONE_SUBFOLDER = "backbone"
+FORMAT = 1  # genembed.json layout version
+_ENCODE_KEYS = ("method", "steps", "attention", "prompt_format", "tau", "center", "truncate_dim")
+_MODEL_KEYS = ("prompts", "default_prompt_name", "similarity_fn_name", "generation_adapter")
+
+
+def save_model(model: GenerativeEmbedder, folder: str | os.PathLike, *, save_backbone: bool | None = None) -> Path:
+    """Write ``model`` into ``folder`` atomically (see the module docstring); return the folder.
+
+    Args:
+        model: the model to save.
+        folder: where to write; an existing folder is replaced only if it is empty or an earlier save.
+        save_backbone: also write the backbone's weights into ``folder/backbone``. None: only when the
+            backbone has no source to load it from again. Pass True after changing its weights in place.
+
+    Raises:
+        ValueError: ``folder`` exists and holds something other than a genembed save.
+    """
+    folder = Path(os.path.expanduser(str(folder)))
+    if folder.exists() and (not folder.is_dir() or (any(folder.iterdir()) and not (folder / SETTINGS_FILE).is_file())):
+        raise ValueError(
+            f"{folder} exists and is not an earlier genembed save (no {SETTINGS_FILE}); choose a new folder"
+        )
+    backbone = model.backbone
+    lm = backbone.model
+    has_adapter = hasattr(lm, "peft_config")
+    if save_backbone is None:
+        save_backbone = backbone.source is None
+    with atomic_directory(folder, replace=True) as tmp:
+        if has_adapter:
+            lm.save_pretrained(tmp, safe_serialization=True)
+        if save_backbone:
+            _save_base_weights(lm, backbone.tokenizer, tmp / BACKBONE_SUBFOLDER)
+        settings = {
+            "format": FORMAT,
+            "genembed_version": __version__,
+            "backbone": {
+                "name": backbone.name,
+                "source": f"{BACKBONE_SUBFOLDER}/" if save_backbone else backbone.source,
+            },
+            "adapter": model.adapter if has_adapter else None,
+            "encode": {key: getattr(model, key) for key in _ENCODE_KEYS},
+            **{key: getattr(model, key) for key in _MODEL_KEYS},
+            "calibration_sha256": calibration_digest() if model.center else None,
+        }
+        (tmp / SETTINGS_FILE).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+    return folder
+
+
+def read_settings(folder: str | os.PathLike) -> dict[str, Any]:
+    """The settings in ``folder/genembed.json``, checked for the fields :func:`genembed.load` needs.
+
+    Raises:
+        ValueError: the file is not JSON, has another format version, or lacks a field (named).
+    """
+    path = Path(folder) / SETTINGS_FILE
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(settings, dict) or settings.get("format") != FORMAT:
+        found = settings.get("format") if isinstance(settings, dict) else None
+        raise ValueError(f"{path}: format {found!r} is not {FORMAT}; saved by a different genembed version?")
+    for section, keys in (("backbone", ("name", "source")), ("encode", _ENCODE_KEYS)):
+        if not isinstance(settings.get(section), dict):
+            raise ValueError(f"{path}: field {section!r} is missing or not an object")
+        for key in keys:
+            if key not in settings[section]:
+                raise ValueError(f"{path}: field {section}.{key} is missing")
+    return settings
+
+
+def calibration_digest() -> str:
+    """sha256 of the bundled calibration texts the centering centres are computed from."""
+    from .encoders.centering import calibration_texts
+
+    return hashlib.sha256("\n".join(calibration_texts()).encode("utf-8")).hexdigest()
+
+
+def _save_base_weights(lm: Any, tokenizer: Any, out: Path) -> None:
+    """Save the backbone without any LoRA layers: peft keeps the original weights as ``base_layer``."""
+    base = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
+    state = None
+    if base is not lm:
+        state = {}
+        for name, tensor in base.state_dict().items():
+            if "lora_" in name or ".modules_to_save." in name:
+                continue
+            state[name.replace(".base_layer.", ".").replace(".original_module.", ".")] = tensor
+    with torch.no_grad():
+        base.save_pretrained(out, state_dict=state, safe_serialization=True)
+    tokenizer.save_pretrained(out)
