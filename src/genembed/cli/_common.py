@@ -30,14 +30,19 @@ DtypeOpt = Annotated[
 ]
 
 
-def load_model(model: str | None, adapter: str | None, dtype: str = "auto", center: bool | None = None) -> Any:
-    """Load a model, turning a missing model into a clean CLI error instead of a traceback."""
+def load_model(
+    model: str | None, adapter: str | None, dtype: str = "auto", center: bool | None = None, device: str | None = None
+) -> Any:
+    """Load a model, turning a missing model into a clean CLI error instead of a traceback.
+
+    ``device`` None keeps :func:`genembed.load`'s default."""
     import genembed
     from genembed.backbone import MissingModelError
 
     try:
         chosen = False if adapter is not None and adapter.lower() == "none" else adapter
-        return genembed.load(model, adapter=chosen, dtype=dtype, center=center)
+        where = {} if device is None else {"device": device}
+        return genembed.load(model, adapter=chosen, dtype=dtype, center=center, **where)
     except MissingModelError as exc:
         typer.secho(f"error: {exc}", fg="red", err=True)
         raise typer.Exit(2) from exc
