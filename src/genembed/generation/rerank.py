@@ -73,13 +73,13 @@ class RerankResult:
             tokens (``query_likelihood``) or ``log P("Yes") - log P("No")`` (``yes_no``).
         document: its text.
         probability: the score as a probability in [0, 1] (module docstring and
-            :func:`relevance_probabilities`).
+            :func:`relevance_probabilities`); :func:`rerank` always sets it.
     """
 
     index: int
     score: float
     document: str
-    probability: float = float("nan")
+    probability: float | None = None
 
 
 @dataclass(frozen=True)
