@@ -378,7 +378,10 @@ class GenerativeEmbedder:
             scoring: ``"query_likelihood"`` or ``"yes_no"`` (above).
 
         Returns:
-            :class:`~genembed.generation.rerank.RerankResult` ``(index, score, document)`` items, best first.
+            :class:`~genembed.generation.rerank.RerankResult` ``(index, score, document, probability)``
+            items, best first; ``probability`` is in [0, 1]: ``P("Yes") / (P("Yes") + P("No"))`` for
+            ``yes_no``, the posterior that the query was written for this document among the
+            candidates (summing to 1 over them) for ``query_likelihood``.
         """
         from .generation.rerank import rerank
 

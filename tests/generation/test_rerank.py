@@ -143,3 +143,49 @@ def test_query_likelihood_prompt_shape(tiny):
 def test_unknown_scoring(chatty_model):
     with pytest.raises(ValueError, match="scoring must be one of"):
         chatty_model.rerank(QUERY, DOCS, scoring="listwise")
+
+
+def test_probability_is_the_documented_posterior_for_query_likelihood(chatty_model):
+    results = chatty_model.rerank(QUERY, DOCS, scoring="query_likelihood", instruction="Find answers.")
+    n = len(chatty_model.backbone.tokenizer(QUERY, add_special_tokens=False)["input_ids"])
+    # log P(query | doc) = n * mean token log-probability; posterior with a uniform prior over the candidates
+    log_p = torch.tensor(
+        [n * _hand_query_likelihood(chatty_model.backbone, QUERY, d, "Find answers.") for d in DOCS],
+        dtype=torch.float64,
+    )
+    posterior = torch.exp(log_p - torch.logsumexp(log_p, 0))
+    for r in results:
+        assert 0.0 <= r.probability <= 1.0
+        assert r.probability == pytest.approx(float(posterior[r.index]), abs=1e-4)
+    assert sum(r.probability for r in results) == pytest.approx(1.0, abs=1e-5)
+    top = chatty_model.rerank(QUERY, DOCS, scoring="query_likelihood", instruction="Find answers.", top_n=2)
+    assert [(r.index, r.probability) for r in top] == [(r.index, r.probability) for r in results[:2]]
+    assert chatty_model.rerank(QUERY, DOCS[:1], scoring="query_likelihood")[0].probability == pytest.approx(1.0)
+
+
+def test_probability_is_p_yes_over_yes_or_no_for_yes_no(chatty_model):
+    tok = chatty_model.backbone.tokenizer
+    yes, no = answer_token_ids(tok)
+    results = chatty_model.rerank(QUERY, DOCS, scoring="yes_no", instruction="Judge relevance.")
+    for r in results:
+        prompt = rerank_prompt(tok, QUERY, "Judge relevance.")
+        ids = prompt.prefix + tok(r.document, add_special_tokens=False)["input_ids"] + prompt.suffix
+        with torch.no_grad():
+            probs = torch.softmax(chatty_model.backbone.model(torch.tensor([ids])).logits[0, -1].double(), dim=-1)
+        assert r.probability == pytest.approx(float(probs[yes] / (probs[yes] + probs[no])), abs=1e-4)
+        alone = chatty_model.rerank(QUERY, [r.document], scoring="yes_no", instruction="Judge relevance.")[0]
+        assert alone.probability == pytest.approx(r.probability, abs=1e-5)  # judged on its own
+
+
+def test_relevance_probabilities_checks_its_arguments():
+    from genembed.generation.rerank import relevance_probabilities
+
+    scores = torch.tensor([-1.0, -2.0])
+    assert relevance_probabilities(scores, "yes_no", 3).tolist() == pytest.approx(torch.sigmoid(scores).tolist())
+    assert relevance_probabilities(scores, "query_likelihood", 2).tolist() == pytest.approx(
+        torch.softmax(2 * scores, 0).tolist()
+    )
+    with pytest.raises(ValueError, match="scoring must be one of"):
+        relevance_probabilities(scores, "listwise", 2)
+    with pytest.raises(ValueError, match="query_tokens must be >= 1"):
+        relevance_probabilities(scores, "query_likelihood", 0)

@@ -25,6 +25,13 @@ def test_bad_limits_are_a_clean_error():
     assert "default_steps (30) exceeds max_steps (20)" in result.output
 
 
+def test_bad_serving_options_are_clean_errors(tmp_path):
+    result = runner.invoke(app, ["serve", "--instructions", str(tmp_path / "missing.json")])
+    assert result.exit_code == 2 and "missing.json: cannot read the instructions file" in result.output
+    result = runner.invoke(app, ["serve", "--rerank-scoring", "listwise"])
+    assert result.exit_code == 2 and "rerank_scoring must be one of" in result.output
+
+
 def test_warns_when_exposed_without_a_key(tmp_path):
     result = runner.invoke(app, ["serve", "--host", "0.0.0.0", "--model", str(tmp_path / "missing")])
     assert "warning: serving on 0.0.0.0 without --api-key" in result.output
@@ -45,7 +52,10 @@ def test_serve_subprocess_answers_and_stops_on_sigterm(tmp_path, tiny, tiny_mode
     port = _free_port()
     script = Path(sys.executable).with_name("genembed")
     command = [str(script)] if script.exists() else [sys.executable, "-c", "from genembed.cli.app import main; main()"]
+    instructions = tmp_path / "instructions.json"
+    instructions.write_text('{"query": "Given a question, find its answer."}')
     command += ["serve", "--model", str(folder), "--port", str(port), "--api-key", "k", "--max-inputs", "2"]
+    command += ["--device", "cpu", "--instructions", str(instructions), "--cors-origin", "https://app.example"]
     log = tmp_path / "server.log"
     with log.open("w") as out:
         proc = subprocess.Popen([*command, "--log-level", "info"], stdout=out, stderr=subprocess.STDOUT)
@@ -69,6 +79,13 @@ def test_serve_subprocess_answers_and_stops_on_sigterm(tmp_path, tiny, tiny_mode
         too_many = httpx.post(url + "/v1/embeddings", json={"input": ["a", "b", "c"]}, headers=headers)
         assert too_many.status_code == 413
         assert httpx.post(url + "/v1/embeddings", json={"input": "a"}).status_code == 401
+        info = httpx.get(url + "/info", headers=headers).json()
+        assert info["device"] == "cpu" and info["instructions"]["query"] == "Given a question, find its answer."
+        query = httpx.post(url + "/v1/embeddings", json={"input": texts, "input_type": "search_query"}, headers=headers)
+        expected = tiny_model.encode(texts, instruction="Given a question, find its answer.")
+        np.testing.assert_allclose(np.array([d["embedding"] for d in query.json()["data"]]), expected, atol=1e-5)
+        cors = httpx.get(url + "/health", headers={"Origin": "https://app.example"})
+        assert cors.headers["access-control-allow-origin"] == "https://app.example"
         proc.send_signal(signal.SIGTERM)
         # uvicorn shuts down gracefully, then re-raises the signal so the exit status reports it
         assert proc.wait(timeout=60) in (0, -signal.SIGTERM)

@@ -37,3 +37,35 @@ def test_one_server_embeds_chats_and_reranks(real_server, real_model):
         real_server + "/v1/rerank", json={"query": "What is the capital of France?", "documents": docs}, timeout=120
     ).json()
     assert [r["index"] for r in ranked["results"]] == [0, 1]
+
+
+@pytest.mark.parametrize("scoring", ["query_likelihood", "yes_no"])
+def test_cohere_client_scores_relevant_documents_higher(real_server, scoring):
+    import cohere
+
+    client = cohere.ClientV2(base_url=real_server, api_key="unused", timeout=120)
+    docs = [
+        "The Eiffel Tower is in Paris, the capital of France.",
+        "Bananas are rich in potassium.",
+        "Paris is the capital of France.",
+        "The stock market fell sharply on Monday.",
+    ]
+    response = client.rerank(
+        model="genembed",
+        query="What is the capital of France?",
+        documents=docs,
+        request_options={"additional_body_parameters": {"scoring": scoring}},
+    )
+    score = {r.index: r.relevance_score for r in response.results}
+    assert all(0.0 <= s <= 1.0 for s in score.values())
+    assert min(score[0], score[2]) > max(score[1], score[3]), score  # both relevant documents first
+    if scoring == "query_likelihood":  # a distribution over the documents
+        assert sum(score.values()) == pytest.approx(1.0, abs=1e-5)
+    else:  # each document judged on its own
+        alone = client.rerank(
+            model="genembed",
+            query="What is the capital of France?",
+            documents=[docs[1]],
+            request_options={"additional_body_parameters": {"scoring": scoring}},
+        )
+        assert alone.results[0].relevance_score == pytest.approx(score[1], abs=1e-4)

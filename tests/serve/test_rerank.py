@@ -1,6 +1,7 @@
-from __future__ import annotations
+"""Rerank over HTTP: /v1/rerank (Cohere v1 / Jina) and /v2/rerank (Cohere v2, driven with the real
+``cohere`` client). ``relevance_score`` is a probability that means what docs/serving.md says."""
 
-import math
+from __future__ import annotations
 
 import httpx
 import pytest
@@ -16,30 +17,47 @@ DOCS = [
 ]
 
 
-def _rerank(served, **body):
-    response = httpx.post(served.url + "/v1/rerank", json={"query": QUERY, "documents": DOCS, **body}, timeout=60)
+def _rerank(served, path="/v1/rerank", **body):
+    response = httpx.post(served.url + path, json={"query": QUERY, "documents": DOCS, **body}, timeout=60)
     assert response.status_code == 200, response.text
     return response.json()
 
 
-def test_rerank_equals_direct_scoring(served):
+def test_query_likelihood_scores_are_a_distribution_over_the_documents(served):
     body = _rerank(served, model="any-reranker")
-    expected = served.reference.rerank(QUERY, DOCS)
+    expected = served.reference.rerank(QUERY, DOCS)  # the default scoring: query likelihood
     assert [r["index"] for r in body["results"]] == [r.index for r in expected]
-    for got, want in zip(body["results"], expected, strict=True):
-        # relevance_score = P(yes | yes or no) = sigmoid of the model's log-odds
-        assert got["relevance_score"] == pytest.approx(1 / (1 + math.exp(-want.score)), abs=1e-6)
-        assert got["document"] == {"text": DOCS[got["index"]]}
     scores = [r["relevance_score"] for r in body["results"]]
     assert scores == sorted(scores, reverse=True) and all(0 <= s <= 1 for s in scores)
+    assert sum(scores) == pytest.approx(1.0, abs=1e-5)  # P(the query was written for document i)
+    for got in body["results"]:
+        assert got["document"] == {"text": DOCS[got["index"]]}
     assert body["model"] == served.reference.name
+    alone = _rerank(served, documents=DOCS[:1])["results"]
+    assert alone[0]["relevance_score"] == pytest.approx(1.0)  # the only candidate
 
 
-def test_top_n_and_return_documents(served):
+def test_yes_no_scores_judge_each_document_alone(served):
+    body = _rerank(served, scoring="yes_no")
+    expected = served.reference.rerank(QUERY, DOCS, scoring="yes_no")
+    assert [r["index"] for r in body["results"]] == [r.index for r in expected]
+    for got in body["results"]:
+        assert 0 <= got["relevance_score"] <= 1
+        alone = _rerank(served, scoring="yes_no", documents=[DOCS[got["index"]]])["results"][0]
+        assert alone["relevance_score"] == pytest.approx(got["relevance_score"], abs=1e-5)
+
+
+def test_server_default_scoring(serve_tiny):
+    with serve_tiny(rerank_scoring="yes_no") as s:
+        default = _rerank(s)["results"]
+        assert default == _rerank(s, scoring="yes_no")["results"]
+        assert sum(r["relevance_score"] for r in _rerank(s, scoring="query_likelihood")["results"]) == pytest.approx(1)
+
+
+def test_top_n_keeps_the_scores_over_all_documents(served):
     full = _rerank(served)
     body = _rerank(served, top_n=2, return_documents=False)
-    assert [r["index"] for r in body["results"]] == [r["index"] for r in full["results"][:2]]
-    assert all("document" not in r for r in body["results"])
+    assert body["results"] == [{k: v for k, v in r.items() if k != "document"} for r in full["results"][:2]]
 
 
 def test_documents_as_objects_and_instruction(served):
@@ -49,7 +67,16 @@ def test_documents_as_objects_and_instruction(served):
     body = _rerank(served, instruction=instruction)
     expected = served.reference.rerank(QUERY, DOCS, instruction=instruction)
     assert [r["index"] for r in body["results"]] == [r.index for r in expected]
-    assert body["results"][0]["relevance_score"] == pytest.approx(1 / (1 + math.exp(-expected[0].score)), abs=1e-6)
+    assert body["results"] != _rerank(served)["results"]
+
+
+def test_bad_scoring_and_lax_types_are_422(served):
+    for extra, param in [({"scoring": "listwise"}, "scoring"), ({"return_documents": 0}, "return_documents")]:
+        response = httpx.post(served.url + "/v1/rerank", json={"query": QUERY, "documents": DOCS, **extra})
+        assert response.status_code == 422, response.text
+        assert response.json()["error"]["param"] == param
+    response = httpx.post(served.url + "/v2/rerank", json={"query": QUERY, "documents": [{"text": "objects are v1"}]})
+    assert response.status_code == 422
 
 
 def test_usage_counts_query_per_document(served):
@@ -57,3 +84,23 @@ def test_usage_counts_query_per_document(served):
     q = len(tok(QUERY, add_special_tokens=False).input_ids)
     d = sum(len(ids) for ids in tok(DOCS, add_special_tokens=False).input_ids)
     assert _rerank(served)["usage"] == {"total_tokens": len(DOCS) * q + d}
+    assert _rerank(served, "/v2/rerank")["meta"]["tokens"] == {"input_tokens": len(DOCS) * q + d}
+
+
+def test_cohere_v2_client(served):
+    import cohere
+
+    client = cohere.ClientV2(base_url=served.url, api_key="unused", timeout=60)
+    response = client.rerank(model="genembed", query=QUERY, documents=DOCS, top_n=3)
+    v1 = _rerank(served)["results"]
+    assert [r.index for r in response.results] == [r["index"] for r in v1[:3]]
+    assert [r.relevance_score for r in response.results] == pytest.approx([r["relevance_score"] for r in v1[:3]])
+    assert response.meta.api_version.version == "2"
+    assert response.id
+
+
+def test_max_tokens_per_doc_cuts_documents(served):
+    body = _rerank(served, "/v2/rerank", max_tokens_per_doc=3)
+    expected = served.reference.rerank(QUERY, DOCS, max_length=3)
+    assert [r["index"] for r in body["results"]] == [r.index for r in expected]
+    assert [r["relevance_score"] for r in body["results"]] == pytest.approx([r.probability for r in expected])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -67,9 +68,33 @@ def serve(
         int | None, typer.Option("--threads", min=1, help="torch CPU threads (default: torch's, one per core)")
     ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
+    instructions: Annotated[
+        Path | None,
+        typer.Option(
+            "--instructions",
+            help="JSON file of named instructions {name: instruction} for prompt_name / input_type / task "
+            "(over the defaults: query, document, classification, clustering, text-matching)",
+        ),
+    ] = None,
+    token_encoding: Annotated[
+        str | None,
+        typer.Option(
+            "--token-encoding",
+            help="token-array inputs are ids of this tiktoken encoding (cl100k_base: LangChain's OpenAIEmbeddings "
+            "defaults); default: the model's tokenizer",
+        ),
+    ] = None,
+    rerank_scoring: Annotated[
+        str, typer.Option("--rerank-scoring", help="rerank scoring by default: query_likelihood or yes_no")
+    ] = "query_likelihood",
+    cors_origin: Annotated[
+        list[str] | None,
+        typer.Option("--cors-origin", help="allow browser calls from this origin (repeatable; '*' for any)"),
+    ] = None,
 ) -> None:
-    """Serve one model: POST /v1/embeddings, /v1/chat/completions, /v1/rerank; a demo page at /."""
+    """Serve one model: POST /v1/embeddings, /v1/chat/completions, /v1/rerank, /v2/rerank; /metrics; a page at /."""
     from genembed.serve import ServeSettings, create_app, run_server
+    from genembed.serve.instructions import load_instructions
     from genembed.serve.server import is_loopback
 
     try:
@@ -88,6 +113,10 @@ def serve(
             max_new_tokens=max_new_tokens,
             default_max_new_tokens=min(256, max_new_tokens),
             max_prompt_tokens=max_prompt_tokens,
+            instructions=load_instructions(instructions) if instructions is not None else {},
+            token_encoding=token_encoding,
+            rerank_scoring=rerank_scoring,
+            cors_origins=tuple(cors_origin or ()),
         )
     except ValueError as exc:
         typer.secho(f"error: {exc}", fg="red", err=True)
@@ -105,8 +134,14 @@ def serve(
     loaded = load_model(model, adapter, dtype, center, device)
     if generation_adapter is not None:
         loaded.generation_adapter = generation_adapter
+    try:
+        app = create_app(loaded, settings)
+    except ValueError as exc:  # e.g. a --token-encoding tiktoken cannot load
+        typer.secho(f"error: {exc}", fg="red", err=True)
+        raise typer.Exit(2) from exc
     shown = f"[{host}]" if ":" in host else host
-    typer.echo(f"serving {settings.model_id or loaded.name} on http://{shown}:{port} (page at /, API docs at /docs)")
-    run_server(
-        create_app(loaded, settings), host=host, port=port, graceful_timeout=graceful_timeout, log_level=log_level
+    typer.echo(
+        f"serving {settings.model_id or loaded.name} on http://{shown}:{port} "
+        f"(device {loaded.device}; page at /, API docs at /docs)"
     )
+    run_server(app, host=host, port=port, graceful_timeout=graceful_timeout, log_level=log_level)

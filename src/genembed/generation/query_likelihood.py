@@ -26,7 +26,9 @@ from ..backbone.attention import run_decoder
 from ..encoders.batching import length_sorted_batches
 from .decoding import lm_head
 
-__all__ = ["query_likelihood_prompt", "score_query_likelihood"]
+__all__ = ["MAX_QUERY_TOKENS", "query_likelihood_prompt", "score_query_likelihood"]
+
+MAX_QUERY_TOKENS = 256  # query tokens scored (and kept in yes/no prompts); longer queries are cut
 
 _REQUEST = "Write a query for this task that the passage is relevant to."
 _SENTINEL = "\u2063GENEMBED_DOC\u2063"
@@ -55,7 +57,7 @@ def score_query_likelihood(
     instruction: str,
     batch_size: int = 8,
     max_length: int = 512,
-    max_query_tokens: int = 256,
+    max_query_tokens: int = MAX_QUERY_TOKENS,
 ) -> torch.Tensor:
     """Mean log-probability of the query's tokens given each document (float32, input order).
 

@@ -15,6 +15,16 @@ restricted to those two answer tokens (so the score is the model's log-odds of "
 depend on how much probability other tokens take). Everything before the document (template,
 instruction, query) is run once per query; its KV cache is shared by every batch of documents,
 which are right-padded behind it.
+
+Each :class:`RerankResult` also carries ``probability``, a number in [0, 1] that means what the
+scoring can honestly say (:func:`relevance_probabilities`):
+
+- ``yes_no``: ``P("Yes") / (P("Yes") + P("No"))``, the sigmoid of the log-odds; judged for each
+  document on its own, so it does not depend on the other candidates.
+- ``query_likelihood``: the posterior probability that the query was written for this document
+  rather than another candidate, ``P(q | d_i) / sum_j P(q | d_j)`` (a uniform prior over the
+  candidates, ``P(q | d)`` the model's probability of the whole query). The candidates' probabilities
+  sum to 1: it compares documents within one request and is 1 for a lone document.
 """
 
 from __future__ import annotations
@@ -30,7 +40,7 @@ from ..backbone.attention import run_decoder
 from ..encoders.batching import length_sorted_batches
 from .adapters import adapter_mode
 from .decoding import lm_head
-from .query_likelihood import score_query_likelihood
+from .query_likelihood import MAX_QUERY_TOKENS, score_query_likelihood
 
 __all__ = [
     "ANSWER_TOKENS",
@@ -40,6 +50,7 @@ __all__ = [
     "RerankResult",
     "answer_token_ids",
     "rerank",
+    "relevance_probabilities",
     "rerank_prompt",
     "score_pairs",
 ]
@@ -54,11 +65,21 @@ _SENTINEL = "\u2063GENEMBED_DOC\u2063"
 
 @dataclass(frozen=True)
 class RerankResult:
-    """One reranked document: its index in the input list, its score (log-odds of "Yes"), its text."""
+    """One reranked document.
+
+    Attributes:
+        index: its position in the input list.
+        score: the raw score that orders the documents: the mean log-probability of the query's
+            tokens (``query_likelihood``) or ``log P("Yes") - log P("No")`` (``yes_no``).
+        document: its text.
+        probability: the score as a probability in [0, 1] (module docstring and
+            :func:`relevance_probabilities`); :func:`rerank` always sets it.
+    """
 
     index: int
     score: float
     document: str
+    probability: float | None = None
 
 
 @dataclass(frozen=True)
@@ -69,7 +90,9 @@ class RerankPrompt:
     suffix: list[int]
 
 
-def rerank_prompt(tokenizer: Any, query: str, instruction: str, max_query_tokens: int = 256) -> RerankPrompt:
+def rerank_prompt(
+    tokenizer: Any, query: str, instruction: str, max_query_tokens: int = MAX_QUERY_TOKENS
+) -> RerankPrompt:
     """Tokenize the prompt around the document (the query is cut to ``max_query_tokens``)."""
     query_ids = tokenizer(query, add_special_tokens=False)["input_ids"]
     if len(query_ids) > max_query_tokens:
@@ -160,6 +183,31 @@ def score_pairs(
     return scores
 
 
+def relevance_probabilities(scores: torch.Tensor, scoring: str, query_tokens: int) -> torch.Tensor:
+    """Rerank scores as probabilities in [0, 1] (float32, same order).
+
+    Args:
+        scores: every candidate's score from :func:`score_pairs` (``yes_no``) or
+            :func:`~genembed.generation.query_likelihood.score_query_likelihood` (``query_likelihood``).
+        scoring: which of the two made them.
+        query_tokens: query tokens the query-likelihood score averaged over (it turns the mean
+            log-probability back into ``log P(query | document)``).
+
+    Returns:
+        ``yes_no``: ``sigmoid(score) = P("Yes") / (P("Yes") + P("No"))`` for each document.
+        ``query_likelihood``: ``softmax_i(query_tokens * score_i)``, the posterior that the query was
+        written for document i among these candidates (uniform prior); the values sum to 1.
+    """
+    if scoring not in SCORINGS:
+        raise ValueError(f"scoring must be one of {SCORINGS}, got {scoring!r}")
+    scores = torch.as_tensor(scores, dtype=torch.float64)
+    if scoring == "yes_no":
+        return torch.sigmoid(scores).float()
+    if query_tokens < 1:
+        raise ValueError(f"query_tokens must be >= 1, got {query_tokens}")
+    return torch.softmax(scores * query_tokens, dim=0).float()
+
+
 def _repeat_cache(cache: Any, batch: int, model: Any) -> Any:
     """A new cache holding ``batch`` copies of a batch-1 cache (views; the original is not changed)."""
     from transformers import DynamicCache
@@ -184,7 +232,8 @@ def rerank(
     """Score documents against a query and return them best first (see :meth:`GenerativeEmbedder.rerank`).
 
     ``scoring`` is ``"yes_no"`` (this module) or ``"query_likelihood"``
-    (:mod:`genembed.generation.query_likelihood`).
+    (:mod:`genembed.generation.query_likelihood`). Each result's ``probability`` is computed over all
+    the documents, before ``top_n`` cuts the list (:func:`relevance_probabilities`).
     """
     if not isinstance(query, str):
         raise TypeError(f"query must be a string, got {type(query).__name__}")
@@ -210,5 +259,7 @@ def rerank(
             batch_size=batch_size,
             max_length=max_length,
         )
+    query_tokens = len(backbone.tokenizer(query, add_special_tokens=False)["input_ids"][:MAX_QUERY_TOKENS])
+    probabilities = relevance_probabilities(scores, scoring, max(query_tokens, 1)) if documents else scores
     order = sorted(range(len(documents)), key=lambda i: (-float(scores[i]), i))
-    return [RerankResult(i, float(scores[i]), documents[i]) for i in order[:top_n]]
+    return [RerankResult(i, float(scores[i]), documents[i], float(probabilities[i])) for i in order[:top_n]]

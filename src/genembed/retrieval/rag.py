@@ -41,7 +41,7 @@ class Source:
     text: str
     source: str
     score: float  # cosine similarity to the query
-    rerank_score: float | None = None  # log P(yes) - log P(no), when reranked
+    rerank_score: float | None = None  # the reranker's raw score (RerankResult.score), when reranked
 
 
 @dataclass

@@ -40,8 +40,9 @@ class SearchHit:
 
     Attributes:
         index: the text's id (its position in the list, or the index's id).
-        score: the final score: the rerank score (log-odds of "relevant") for reranked hits, else the
-            embedding score.
+        score: the final score: the raw rerank score for reranked hits (``RerankResult.score``: the mean
+            log-probability of the query's tokens for ``query_likelihood``, the log-odds of "Yes" for
+            ``yes_no``), else the embedding score.
         text: the text.
         retrieval_score: the embedding similarity (inner product of normalized embeddings).
         retrieval_rank: 0-based rank by embedding similarity.

@@ -1,4 +1,5 @@
-"""The FastAPI app: one loaded model serving embeddings, chat, reranking and a small page at ``/``.
+"""The FastAPI app: one loaded model serving embeddings, chat, reranking, operations routes
+(``/health``, ``/metrics``, ``/info``, ``/tokenize``) and a small page at ``/``.
 
 >>> import genembed
 >>> from genembed.serve import ServeSettings, create_app
@@ -14,14 +15,16 @@ from importlib import resources
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 
-from . import chat, embeddings, rerank, soft_tokens
+from . import chat, embeddings, operations, rerank, soft_tokens
 from .batcher import BatcherClosedError
-from .errors import APIError, error_body, install_error_handlers
-from .schemas import Health, ModelCard, ModelList
+from .errors import APIError, error_body, error_responses, install_error_handlers
+from .metrics import MetricsMiddleware
+from .schemas import ModelCard, ModelList
 from .settings import ServeSettings
 from .state import ServingState, get_state
 from .worker import QueueFullError
@@ -54,14 +57,19 @@ def create_app(model: Any, settings: ServeSettings | None = None) -> FastAPI:
     Args:
         model: a :class:`~genembed.GenerativeEmbedder`; it must not be used elsewhere while served
             (the server runs every forward pass on its own model thread).
-        settings: limits, batching and the API key; defaults to :class:`ServeSettings()`.
+        settings: limits, batching, the API key, named instructions and CORS; defaults to
+            :class:`ServeSettings()`.
 
     Returns:
         A FastAPI app. Its lifespan starts the batcher; on shutdown it finishes every accepted request.
+
+    Raises:
+        ValueError: ``settings.token_encoding`` cannot be loaded.
     """
     from genembed import __version__
 
-    state = ServingState(model, settings or ServeSettings())
+    settings = settings or ServeSettings()
+    state = ServingState(model, settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -89,7 +97,7 @@ def create_app(model: Any, settings: ServeSettings | None = None) -> FastAPI:
     async def _closing(request: Request, exc: BatcherClosedError) -> JSONResponse:
         return JSONResponse(error_body(503, str(exc), code="shutting_down"), status_code=503)
 
-    v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_api_key)])
+    v1 = APIRouter(prefix="/v1")
     for module in (embeddings, chat, rerank, soft_tokens):
         v1.include_router(module.router)
 
@@ -97,30 +105,39 @@ def create_app(model: Any, settings: ServeSettings | None = None) -> FastAPI:
     async def list_models() -> ModelList:
         return ModelList(data=[ModelCard(id=state.model_id, created=state.created)])
 
-    @v1.get("/models/{model_id:path}", response_model=ModelCard, responses={404: {}}, summary="One model")
+    @v1.get(
+        "/models/{model_id:path}", response_model=ModelCard, responses=error_responses(404, 422), summary="One model"
+    )
     async def get_model(model_id: str) -> ModelCard:
         if model_id != state.model_id:
             raise APIError(404, f"model {model_id!r} is not served here; this server serves {state.model_id!r}")
         return ModelCard(id=state.model_id, created=state.created)
 
-    app.include_router(v1)
-
-    @app.get("/health", response_model=Health, summary="Liveness, queue depth and batching counters")
-    async def health() -> Health:
-        batcher = state.batcher
-        return Health(
-            status="draining" if batcher is not None and batcher.closing else "ok",
-            model=state.model_id,
-            queued_embedding_requests=batcher.queued if batcher else 0,
-            active_generation_requests=state.worker.active,
-            batches=batcher.batches if batcher else 0,
-            batched_requests=batcher.batched_requests if batcher else 0,
-            largest_batch=batcher.largest_batch if batcher else 0,
+    v2 = APIRouter(prefix="/v2")
+    v2.include_router(rerank.router_v2)
+    # with a key, these routes need it and the OpenAPI document says so (bearer scheme, 401); without
+    # one they are open and the document declares no security at all
+    keyed = settings.api_key is not None
+    for router in (v1, v2, operations.keyed):
+        app.include_router(
+            router,
+            dependencies=[Depends(require_api_key)] if keyed else None,
+            responses=error_responses(401) if keyed else None,
         )
+    app.include_router(operations.public)
 
     @app.get("/", include_in_schema=False)
     async def index() -> FileResponse:
         return FileResponse(f"{_static_dir()}/index.html", media_type="text/html")
 
     app.mount("/static", StaticFiles(directory=_static_dir()), name="static")
+    app.add_middleware(MetricsMiddleware, metrics=state.metrics)
+    if settings.cors_origins:  # outermost, so preflight requests are answered before anything else
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.cors_origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=["*"],
+            expose_headers=["Retry-After"],
+        )
     return app

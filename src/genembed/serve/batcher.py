@@ -52,11 +52,22 @@ class EmbeddingBatcher:
             A request costlier than the budget still runs, alone.
         max_batch_requests: requests per batch at most; 1 disables micro-batching.
         max_queue: waiting requests at most; more are refused with ``QueueFullError``.
+        on_batch: called with ``(requests, texts)`` after each batch that ran (metrics).
     """
 
-    def __init__(self, encode: EncodeFn, run: RunFn, *, max_batch_tokens: int, max_batch_requests: int, max_queue: int):
+    def __init__(
+        self,
+        encode: EncodeFn,
+        run: RunFn,
+        *,
+        max_batch_tokens: int,
+        max_batch_requests: int,
+        max_queue: int,
+        on_batch: Callable[[int, int], None] | None = None,
+    ):
         self._encode = encode
         self._run = run
+        self._on_batch = on_batch
         self.max_batch_tokens = max_batch_tokens
         self.max_batch_requests = max_batch_requests
         self.max_queue = max_queue
@@ -156,6 +167,8 @@ class EmbeddingBatcher:
         self.batches += 1
         self.batched_requests += len(batch)
         self.largest_batch = max(self.largest_batch, len(batch))
+        if self._on_batch is not None:
+            self._on_batch(len(batch), len(texts))
         start = 0
         for job in batch:
             rows = vectors[start : start + len(job.texts)]

@@ -18,7 +18,7 @@ from typing import Any
 from fastapi import APIRouter, Depends
 from fastapi.responses import StreamingResponse
 
-from .errors import APIError, error_body
+from .errors import APIError, error_body, error_responses
 from .schemas import (
     AssistantMessage,
     ChatChoice,
@@ -109,6 +109,8 @@ class _Generation:
         completion = self.state.count_tokens([self.text])[0] if self.text else 0
         finish = "length" if completion >= self.max_tokens else "stop"
         total = self.prompt_tokens + completion
+        self.state.metrics.count_tokens("chat", "prompt", self.prompt_tokens)
+        self.state.metrics.count_tokens("chat", "completion", completion)
         return ChatUsage(prompt_tokens=self.prompt_tokens, completion_tokens=completion, total_tokens=total), finish
 
 
@@ -118,10 +120,7 @@ class _Generation:
     summary="Chat with the served model (OpenAI format; stream=true for server-sent events)",
     responses={
         200: {"content": {"text/event-stream": {}}, "description": "JSON, or SSE chunks with stream=true"},
-        401: {},
-        413: {},
-        422: {},
-        429: {},
+        **error_responses(400, 413, 422, 429),
     },
 )
 async def chat_completions(body: ChatRequest, state: ServingState = Depends(get_state)) -> Any:

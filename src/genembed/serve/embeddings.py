@@ -1,4 +1,5 @@
-"""``POST /v1/embeddings`` in the OpenAI format, plus ``instruction`` and ``steps``."""
+"""``POST /v1/embeddings`` in the OpenAI format (texts or token arrays), plus the side of a text
+(``instruction``, ``prompt_name``, Cohere's ``input_type``, Jina's ``task``) and ``steps``."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ import base64
 import numpy as np
 from fastapi import APIRouter, Depends
 
-from .errors import APIError
+from .errors import APIError, error_responses
+from .instructions import choose_instruction
 from .schemas import EmbeddingData, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage
 from .state import ServingState, get_state
 
-__all__ = ["router", "to_base64", "truncate_dimensions"]
+__all__ = ["request_texts", "router", "to_base64", "truncate_dimensions"]
 
 router = APIRouter()
 
@@ -28,15 +30,40 @@ def to_base64(vector: np.ndarray) -> str:
     return base64.b64encode(np.ascontiguousarray(vector, dtype="<f4").tobytes()).decode("ascii")
 
 
+def request_texts(body: EmbeddingRequest, state: ServingState) -> list[str]:
+    """The request's texts; token arrays are decoded (422 naming an id outside the vocabulary)."""
+    given = body.input
+    if isinstance(given, str):
+        return [given]
+    if isinstance(given[0], int):  # one token array
+        return state.token_decoder.decode([given], nested=False)
+    if len(given) > state.settings.max_inputs:  # refuse before decoding or tokenizing a huge request
+        state.check_sizes([0] * len(given), field="input", what="inputs")
+    if isinstance(given[0], list):
+        return state.token_decoder.decode(given)
+    return list(given)
+
+
 @router.post(
     "/embeddings",
     response_model=EmbeddingResponse,
-    summary="Embed texts (OpenAI format)",
-    responses={401: {}, 413: {}, 422: {}, 429: {}, 503: {}},
+    summary="Embed texts or token arrays (OpenAI format; Cohere input_type, Jina task)",
+    responses=error_responses(400, 413, 422, 429, 503),
 )
 async def create_embeddings(body: EmbeddingRequest, state: ServingState = Depends(get_state)) -> EmbeddingResponse:
-    """Embed one text or a list of texts. ``instruction`` and ``steps`` are genembed extensions."""
-    texts = [body.input] if isinstance(body.input, str) else list(body.input)
+    """Embed one text, a list of texts or token arrays.
+
+    The side of the text (a query, a document, ...) is ``instruction``, or the named instruction that
+    ``prompt_name``, ``input_type`` (Cohere) or ``task`` (Jina) picks; ``steps`` is GIRCSE's K.
+    """
+    instruction = choose_instruction(
+        state.instructions,
+        instruction=body.instruction,
+        prompt_name=body.prompt_name,
+        input_type=body.input_type,
+        task=body.task,
+    )
+    texts = request_texts(body, state)
     if body.dimensions is not None and body.dimensions > state.model.dim:
         raise APIError(
             422,
@@ -44,9 +71,6 @@ async def create_embeddings(body: EmbeddingRequest, state: ServingState = Depend
             param="dimensions",
         )
     steps = state.check_steps(body.steps)
-    instruction = body.instruction or ""
-    if len(texts) > state.settings.max_inputs:  # refuse before tokenizing a huge request
-        state.check_sizes([0] * len(texts), field="input", what="inputs")
     prompt_lengths, text_lengths = state.embedding_prompt_lengths(texts, instruction)
     state.check_sizes(prompt_lengths, field="input", what="inputs")
     assert state.batcher is not None
@@ -60,6 +84,7 @@ async def create_embeddings(body: EmbeddingRequest, state: ServingState = Depend
     encode = to_base64 if body.encoding_format == "base64" else (lambda v: v.tolist())
     data = [EmbeddingData(index=i, embedding=encode(v)) for i, v in enumerate(vectors)]
     tokens = sum(text_lengths)
+    state.metrics.count_tokens("embeddings", "prompt", tokens)
     return EmbeddingResponse(
         data=data, model=state.model_id, usage=EmbeddingUsage(prompt_tokens=tokens, total_tokens=tokens)
     )

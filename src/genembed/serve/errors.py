@@ -14,7 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-__all__ = ["APIError", "error_body", "install_error_handlers"]
+__all__ = ["APIError", "error_body", "error_responses", "install_error_handlers"]
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +28,35 @@ _TYPES = {
     429: "rate_limit_error",
     503: "server_error",
 }
+
+
+_WHEN = {
+    400: "The body could not be read (for example, bytes that are not UTF-8).",
+    401: "The server has an API key and the request's `Authorization: Bearer` is missing or wrong.",
+    404: "No such model.",
+    413: "Too many inputs or tokens for this server's limits.",
+    422: "The body or a value is invalid (the message and `param` name the field).",
+    429: "The queue is full; retry after `Retry-After` seconds.",
+    503: "The server is shutting down.",
+}
+_HEADERS = {
+    401: {"WWW-Authenticate": {"description": "`Bearer`", "schema": {"type": "string"}}},
+    429: {"Retry-After": {"description": "Seconds to wait before retrying.", "schema": {"type": "string"}}},
+}
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` declaring these error statuses with the OpenAI error body."""
+    from .schemas import ErrorResponse
+
+    return {
+        status: {
+            "model": ErrorResponse,
+            "description": _WHEN[status],
+            **({"headers": _HEADERS[status]} if status in _HEADERS else {}),
+        }
+        for status in statuses
+    }
 
 
 class APIError(Exception):

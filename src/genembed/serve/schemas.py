@@ -1,11 +1,14 @@
 """Request and response bodies in the shapes existing clients speak: OpenAI (embeddings, chat, models)
-and Cohere/Jina (rerank). Unknown request fields are ignored, as OpenAI's own server does for most."""
+and Cohere/Jina (rerank). Unknown request fields are ignored, as OpenAI's own server does for most.
+
+Request bodies are validated strictly, as the OpenAPI document states them: ``0`` is not a boolean
+and ``"3"`` or ``3.0`` is not an integer."""
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 __all__ = [
     "ChatChoice",
@@ -20,7 +23,10 @@ __all__ = [
     "EmbeddingRequest",
     "EmbeddingResponse",
     "EmbeddingUsage",
+    "ErrorDetail",
+    "ErrorResponse",
     "Health",
+    "Info",
     "InspectRequest",
     "InspectResponse",
     "ModelCard",
@@ -33,6 +39,11 @@ __all__ = [
     "SoftTokenStepOut",
     "TextPart",
     "TokenProb",
+    "TokenizeData",
+    "TokenizeRequest",
+    "TokenizeResponse",
+    "V2RerankRequest",
+    "V2RerankResponse",
 ]
 
 
@@ -47,14 +58,42 @@ def _utf8(text: str) -> str:
 
 Text = Annotated[str, AfterValidator(_utf8)]
 ModelName = Annotated[str | None, Field(description="Accepted and ignored: the server serves one model.")]
+TokenId = Annotated[int, Field(ge=0)]
+TokenIds = Annotated[list[TokenId], Field(min_length=1)]
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(strict=True)
+
+
+# ---- errors (OpenAI shape, every status) ----
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail
 
 
 # ---- embeddings (OpenAI) ----
 
+_SIDE = (
+    "genembed: set at most one of instruction, prompt_name, input_type and task; the last three name an "
+    "instruction the server carries (GET /info lists them)."
+)
 
-class EmbeddingRequest(BaseModel):
-    input: Text | Annotated[list[Text], Field(min_length=1)] = Field(
-        description="One text, or a list of texts (each one embedding, in order)."
+
+class EmbeddingRequest(_Request):
+    input: (
+        Text | Annotated[list[Text], Field(min_length=1)] | TokenIds | Annotated[list[TokenIds], Field(min_length=1)]
+    ) = Field(
+        description="One text, a list of texts, or token ids (one list, or a list of lists) of the served "
+        "model's tokenizer (or of the server's --token-encoding); each gives one embedding, in order."
     )
     model: ModelName = None
     encoding_format: Literal["float", "base64"] = Field(
@@ -62,7 +101,17 @@ class EmbeddingRequest(BaseModel):
     )
     dimensions: int | None = Field(None, ge=1, description="Keep the first n dimensions and renormalize.")
     user: str | None = None
-    instruction: Text | None = Field(None, description="genembed: what the embedding should capture.")
+    instruction: Text | None = Field(None, description="genembed: what the embedding should capture. " + _SIDE)
+    prompt_name: Text | None = Field(None, description="sentence-transformers: a named instruction, e.g. `query`.")
+    input_type: Literal["search_query", "search_document", "classification", "clustering"] | None = Field(
+        None, description="Cohere: `search_query` embeds with the `query` instruction, `search_document` with none."
+    )
+    task: Literal["retrieval.query", "retrieval.passage", "text-matching", "classification", "separation"] | None = (
+        Field(
+            None,
+            description="Jina: `retrieval.query` embeds with the `query` instruction, `retrieval.passage` with none.",
+        )
+    )
     steps: int | None = Field(None, ge=1, description="genembed: GIRCSE soft tokens K (server default if unset).")
 
 
@@ -87,22 +136,22 @@ class EmbeddingResponse(BaseModel):
 # ---- chat (OpenAI) ----
 
 
-class TextPart(BaseModel):
+class TextPart(_Request):
     type: Literal["text"]
     text: Text
 
 
-class ChatMessage(BaseModel):
+class ChatMessage(_Request):
     role: Literal["system", "developer", "user", "assistant"]
     content: Text | list[TextPart] | None = None
     name: str | None = None
 
 
-class StreamOptions(BaseModel):
+class StreamOptions(_Request):
     include_usage: bool = False
 
 
-class ChatRequest(BaseModel):
+class ChatRequest(_Request):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     model: ModelName = None
     max_tokens: int | None = Field(None, ge=1, description="Tokens to generate at most (server default if unset).")
@@ -168,22 +217,33 @@ class ChatChunk(BaseModel):
 # ---- rerank (Cohere / Jina) ----
 
 
-class RerankDocument(BaseModel):
+class RerankDocument(_Request):
     text: Text
 
 
-class RerankRequest(BaseModel):
-    query: Annotated[Text, Field(min_length=1, description="The query (not empty: reranking scores it).")]
+Query = Annotated[Text, Field(min_length=1, description="The query (not empty: reranking scores it).")]
+Scoring = Literal["query_likelihood", "yes_no"]
+_SCORING = (
+    "genembed: `query_likelihood` (relevance_score: the probability that the query was written for this "
+    "document rather than another candidate; the candidates' scores sum to 1) or `yes_no` (P(yes) / "
+    "(P(yes) + P(no)) to 'Is the document relevant to the query?', for each document on its own). "
+    "Server default if unset."
+)
+
+
+class RerankRequest(_Request):
+    query: Query
     documents: Annotated[list[Text | RerankDocument], Field(min_length=1)]
     model: ModelName = None
     top_n: int | None = Field(None, ge=1, description="Return only the n most relevant documents.")
     return_documents: bool = Field(True, description="Include each document's text in its result.")
     instruction: Text | None = Field(None, description="genembed: the relevance task, e.g. for reranking prompts.")
+    scoring: Scoring | None = Field(None, description=_SCORING)
 
 
 class RerankResult(BaseModel):
     index: int
-    relevance_score: float
+    relevance_score: float = Field(ge=0.0, le=1.0)
     document: RerankDocument | None = None
 
 
@@ -198,10 +258,44 @@ class RerankResponse(BaseModel):
     usage: RerankUsage
 
 
+class V2RerankRequest(_Request):
+    model: ModelName = None
+    query: Query
+    documents: Annotated[list[Text], Field(min_length=1)]
+    top_n: int | None = Field(None, ge=1, description="Return only the n most relevant documents.")
+    max_tokens_per_doc: int | None = Field(None, ge=1, description="Documents are cut to this many tokens.")
+    instruction: Text | None = Field(None, description="genembed: the relevance task, e.g. for reranking prompts.")
+    scoring: Scoring | None = Field(None, description=_SCORING)
+
+
+class V2RerankResult(BaseModel):
+    index: int
+    relevance_score: float = Field(ge=0.0, le=1.0)
+
+
+class ApiVersion(BaseModel):
+    version: str
+
+
+class MetaTokens(BaseModel):
+    input_tokens: int
+
+
+class V2RerankMeta(BaseModel):
+    api_version: ApiVersion
+    tokens: MetaTokens
+
+
+class V2RerankResponse(BaseModel):
+    id: str
+    results: list[V2RerankResult]
+    meta: V2RerankMeta
+
+
 # ---- soft tokens (genembed) ----
 
 
-class InspectRequest(BaseModel):
+class InspectRequest(_Request):
     input: Text
     instruction: Text | None = None
     steps: int | None = Field(None, ge=1, description="Soft tokens K (server default if unset).")
@@ -223,7 +317,28 @@ class InspectResponse(BaseModel):
     steps: list[SoftTokenStepOut]
 
 
-# ---- models and health ----
+# ---- tokenize (genembed) ----
+
+
+class TokenizeRequest(_Request):
+    input: Text | Annotated[list[Text], Field(min_length=1)] = Field(description="One text or a list of texts.")
+    model: ModelName = None
+    add_special_tokens: bool = Field(False, description="Add the tokenizer's special tokens (BOS/EOS), if any.")
+
+
+class TokenizeData(BaseModel):
+    index: int
+    ids: list[int]
+    tokens: list[str] = Field(description="Each token decoded on its own (a split character shows as U+FFFD).")
+
+
+class TokenizeResponse(BaseModel):
+    model: str
+    data: list[TokenizeData]
+    usage: RerankUsage
+
+
+# ---- models, info and health ----
 
 
 class ModelCard(BaseModel):
@@ -246,3 +361,21 @@ class Health(BaseModel):
     batches: int
     batched_requests: int
     largest_batch: int
+
+
+class Info(BaseModel):
+    model: str = Field(description="The served model's name.")
+    version: str = Field(description="genembed's version.")
+    dimension: int = Field(description="Embedding size.")
+    method: str = Field(description="Embedding method (gircse, mean, last or grit).")
+    default_steps: int = Field(description="GIRCSE soft tokens K when a request does not say.")
+    max_steps: int
+    instructions: dict[str, str] = Field(description="Named instructions (prompt_name).")
+    input_types: dict[str, str] = Field(description="Cohere input_type -> named instruction.")
+    tasks: dict[str, str] = Field(description="Jina task -> named instruction.")
+    token_encoding: str = Field(description="What token-array inputs are ids of: `model` or a tiktoken encoding.")
+    rerank_scorings: list[str]
+    default_rerank_scoring: str
+    device: str
+    dtype: str
+    limits: dict[str, int]

@@ -1,8 +1,9 @@
-"""Server settings: limits, batching and authentication, with defaults that suit a laptop CPU."""
+"""Server settings: limits, batching, authentication, named instructions and CORS, with defaults that
+suit a laptop CPU."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["ServeSettings"]
 
@@ -30,6 +31,14 @@ class ServeSettings:
     max_new_tokens: int = 512  # chat: highest max_tokens a request may ask for
     default_max_new_tokens: int = 256  # chat: max_tokens when a request does not say
     max_prompt_tokens: int = 2048  # chat: tokens of the formatted conversation
+    # named instructions (prompt_name / input_type / task -> instruction), over the model's and the
+    # defaults in genembed.serve.instructions; e.g. {"query": "Given a question, retrieve answers."}
+    instructions: dict[str, str] = field(default_factory=dict)
+    # token-array embedding inputs are ids of this tiktoken encoding (e.g. "cl100k_base", what
+    # LangChain's OpenAIEmbeddings sends); None: ids of the served model's own tokenizer
+    token_encoding: str | None = None
+    rerank_scoring: str = "query_likelihood"  # rerank scoring when a request does not say
+    cors_origins: tuple[str, ...] = ()  # browser origins allowed to call the API ("*" for any); none by default
 
     def __post_init__(self) -> None:
         for name in (
@@ -58,6 +67,14 @@ class ServeSettings:
         if self.api_key is not None and not self.api_key.strip():
             raise ValueError("api_key must not be empty (use None for no key)")
         from ..encoders.embedder import METHODS
+        from ..generation.rerank import SCORINGS
 
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        if self.rerank_scoring not in SCORINGS:
+            raise ValueError(f"rerank_scoring must be one of {SCORINGS}, got {self.rerank_scoring!r}")
+        for name, instruction in self.instructions.items():
+            if not isinstance(name, str) or not name or not isinstance(instruction, str):
+                raise ValueError(f"instructions must map names to strings, got {name!r}: {instruction!r}")
+        if isinstance(self.cors_origins, str) or not all(isinstance(o, str) and o for o in self.cors_origins):
+            raise ValueError(f"cors_origins must be a tuple of origins, got {self.cors_origins!r}")

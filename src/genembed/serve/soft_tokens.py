@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 
+from .errors import error_responses
 from .schemas import InspectRequest, InspectResponse, SoftTokenStepOut, TokenProb
 from .state import ServingState, get_state
 
@@ -16,7 +17,7 @@ router = APIRouter()
     "/inspect",
     response_model=InspectResponse,
     summary="Top tokens of each soft token (genembed)",
-    responses={401: {}, 413: {}, 422: {}, 429: {}},
+    responses=error_responses(400, 413, 422, 429),
 )
 async def inspect_soft_tokens(body: InspectRequest, state: ServingState = Depends(get_state)) -> InspectResponse:
     """Per GIRCSE step k, the ``top`` most probable tokens of the soft token ``p_k`` for one text."""

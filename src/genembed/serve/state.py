@@ -1,4 +1,5 @@
-"""What every route shares: the model, its worker thread, the embedding batcher and a token counter."""
+"""What every route shares: the model, its worker thread, the embedding batcher, a token counter,
+the named instructions and the metrics."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ from fastapi import Request
 from ..encoders.prompts import encode_prompts
 from .batcher import EmbeddingBatcher
 from .errors import APIError
+from .instructions import named_instructions
+from .metrics import ServeMetrics
 from .settings import ServeSettings
+from .token_input import TokenDecoder
 from .worker import ModelWorker
 
 __all__ = ["ServingState", "get_state"]
@@ -24,6 +28,9 @@ class ServingState:
     Args:
         model: a :class:`~genembed.GenerativeEmbedder` (``genembed.load()``).
         settings: limits and batching.
+
+    Raises:
+        ValueError: ``settings.token_encoding`` cannot be loaded.
     """
 
     def __init__(self, model: Any, settings: ServeSettings):
@@ -36,6 +43,10 @@ class ServingState:
         # The model thread tokenizes with the model's tokenizer; a fast tokenizer must not be used by
         # two threads at once, so the event loop counts tokens with its own copy.
         self.tokenizer = copy.deepcopy(model.backbone.tokenizer)
+        self.instructions = named_instructions(model, settings.instructions)
+        self.token_decoder = TokenDecoder(self.tokenizer, settings.token_encoding)
+        self.metrics = ServeMetrics()
+        self.metrics.watch_queues(lambda: self.batcher.queued if self.batcher else 0, lambda: self.worker.active)
 
     def start(self) -> None:
         """Start the batcher (needs the running event loop)."""
@@ -46,6 +57,7 @@ class ServingState:
             max_batch_tokens=s.max_batch_tokens,
             max_batch_requests=s.max_batch_requests,
             max_queue=s.max_queue,
+            on_batch=self.metrics.observe_batch,
         )
         self.batcher.start()
 
@@ -120,10 +132,15 @@ class ServingState:
                     param=f"{field}.{i}",
                     code="too_many_tokens",
                 )
-        if sum(lengths) > s.max_request_tokens:
+        self.check_request_tokens(sum(lengths), field=field)
+
+    def check_request_tokens(self, total: int, *, field: str) -> None:
+        """413 when one request holds more than ``max_request_tokens`` tokens."""
+        limit = self.settings.max_request_tokens
+        if total > limit:
             raise APIError(
                 413,
-                f"the request has {sum(lengths)} tokens in all; this server takes at most {s.max_request_tokens} "
+                f"the request has {total} tokens in all; this server takes at most {limit} "
                 "per request (max_request_tokens)",
                 param=field,
                 code="too_many_tokens",
