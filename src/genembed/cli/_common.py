@@ -33,11 +33,12 @@ DtypeOpt = Annotated[
 def load_model(model: str | None, adapter: str | None, dtype: str = "auto", center: bool | None = None) -> Any:
     """Load a model, turning a missing model into a clean CLI error instead of a traceback."""
     import genembed
+    from genembed._files import DamagedFileError
     from genembed.backbone import MissingModelError
 
     try:
         chosen = False if adapter is not None and adapter.lower() == "none" else adapter
         return genembed.load(model, adapter=chosen, dtype=dtype, center=center)
-    except MissingModelError as exc:
+    except (MissingModelError, DamagedFileError) as exc:
         typer.secho(f"error: {exc}", fg="red", err=True)
         raise typer.Exit(2) from exc
