@@ -1,5 +1,5 @@
-"""Fixtures for the training tests: the small data files in tests/assets/training, a tiny model saved
-to a folder (so ``genembed.load`` can read it back), and a tiny-model run config."""
+"""Fixtures for the training tests: the small data files in tests/assets/training and a tiny-model run
+config (the tiny model saved to a folder, ``tiny_folder``, is in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -16,15 +16,6 @@ def assets() -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_folder(tmp_path_factory, _tiny_backbone) -> Path:
-    """The session's tiny model written as an HF folder."""
-    folder = tmp_path_factory.mktemp("tiny-model")
-    _tiny_backbone.model.save_pretrained(folder)
-    _tiny_backbone.tokenizer.save_pretrained(folder)
-    return folder
-
-
-@pytest.fixture
 def run_config():
     """``run_config(output_dir, model, **sections)``: a small GIRCSE config on the asset data."""
     return tiny_run_config
