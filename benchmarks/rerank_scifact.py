@@ -52,7 +52,7 @@ def doc_embeddings(model, texts: list[str], encode_kwargs: dict, out: Path, batc
     key = hashlib.sha256(json.dumps([weights, encode_kwargs, texts], sort_keys=True).encode()).hexdigest()[:16]
     path = out / f"doc_embeddings-{key}.npy"
     if path.is_file():
-        return np.load(path)
+        return np.load(path, allow_pickle=False)
     embeddings = model.encode_document(texts, batch_size=batch_size, show_progress_bar=True, **encode_kwargs)
     _atomic_save_npy(path, np.asarray(embeddings, dtype=np.float32))
     return embeddings

@@ -31,6 +31,15 @@ def _tiny_backbone():
     return tiny_backbone(seed=0)
 
 
+@pytest.fixture(scope="session")
+def tiny_folder(tmp_path_factory, _tiny_backbone) -> Path:
+    """The session's tiny model written as an HF folder (so ``genembed.load`` and the CLI read it back)."""
+    folder = tmp_path_factory.mktemp("tiny-model")
+    _tiny_backbone.model.save_pretrained(folder)
+    _tiny_backbone.tokenizer.save_pretrained(folder)
+    return folder
+
+
 @pytest.fixture
 def tiny(_tiny_backbone):
     """A fresh copy of the tiny backbone (tests may modify it)."""
@@ -42,15 +51,6 @@ def tiny_model(tiny):
     from genembed.model import GenerativeEmbedder
 
     return GenerativeEmbedder(tiny)
-
-
-@pytest.fixture(scope="session")
-def tiny_folder(tmp_path_factory, _tiny_backbone) -> Path:
-    """The session's tiny model written as an HF folder (so ``genembed.load`` can read it); do not modify it."""
-    folder = tmp_path_factory.mktemp("tiny-model")
-    _tiny_backbone.model.save_pretrained(folder)
-    _tiny_backbone.tokenizer.save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture(scope="session")

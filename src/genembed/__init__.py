@@ -16,6 +16,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "load": "genembed.loading",
+    "DamagedFileError": "genembed._files",
     "GenerativeEmbedder": "genembed.model",
     "DEFAULT_QUERY_INSTRUCTION": "genembed.model",
     "MissingModelError": "genembed.backbone.default_model",
@@ -26,6 +27,7 @@ _LAZY = {
 
 __all__ = [
     "DEFAULT_QUERY_INSTRUCTION",
+    "DamagedFileError",
     "GenerativeEmbedder",
     "MissingModelError",
     "load",

@@ -61,6 +61,7 @@ def load(
     Raises:
         MissingModelError: the model or adapter is not on disk; the message says how to get it.
         ValueError: a saved model's ``genembed.json`` is malformed (the message names the field).
+        DamagedFileError: a file of the adapter is truncated or damaged (the message names it).
     """
     device = resolve_device(device)
     saved = saved_folder(model)
@@ -155,20 +156,45 @@ def trained_for_generation(adapter_path: str | os.PathLike) -> bool:
     for name in ("genembed_train.yaml", "training_config.yaml"):
         path = Path(adapter_path) / name
         if path.is_file():
-            generative = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("generative") or {}
+            try:
+                saved = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            except (yaml.YAMLError, UnicodeDecodeError) as exc:
+                from ._files import DamagedFileError
+
+                raise DamagedFileError(
+                    f"{path} is not readable YAML ({exc}): the file is damaged. Copy the adapter folder again."
+                ) from exc
+            generative = saved.get("generative") or {}
             return bool(generative.get("files")) and float(generative.get("weight", 1.0)) > 0
     return False
 
 
 def adapter_folder(path: str | os.PathLike, what: str = "adapter folder") -> Path:
-    """``path`` as a Path, checked to hold a peft LoRA adapter; ``what`` names it in the error.
+    """``path`` as a Path, checked to hold a readable peft LoRA adapter; ``what`` names it in the error.
+
+    The config must parse and ``adapter_model.safetensors`` must be complete: its header parsed and its
+    size matching it. (A folder holding only ``adapter_model.bin`` is left to peft, which reads it with
+    ``torch.load(weights_only=True)``: tensors only, no code.)
 
     Raises:
         MissingModelError: no ``adapter_config.json`` in ``path``.
+        DamagedFileError: the config or the weights file is truncated or damaged (the message names it).
     """
+    from ._files import DamagedFileError, check_safetensors, read_json
+
     folder = Path(os.path.expanduser(str(path)))
-    if not (folder / "adapter_config.json").is_file():
+    config = folder / "adapter_config.json"
+    if not config.is_file():
         raise MissingModelError(f"{what} {folder} holds no adapter_config.json (a peft LoRA adapter)")
+    if folder.resolve() == DEFAULT_ADAPTER.resolve():
+        fix = "The adapter shipped with genembed is damaged: reinstall genembed."
+    else:
+        fix = f"Copy the adapter folder {folder} again, or retrain it with `genembed train`."
+    if not isinstance(read_json(config, fix=fix), dict):
+        raise DamagedFileError(f"{config} is not a JSON object. {fix}")
+    weights = folder / "adapter_model.safetensors"
+    if weights.is_file() or not (folder / "adapter_model.bin").is_file():
+        check_safetensors(weights, fix=fix)
     return folder
 
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import copy
 import os
 
 import pytest
@@ -65,8 +66,6 @@ def test_hf_folder_round_trip(tmp_path, tiny):
 
 
 def test_the_shipped_adapter_is_the_default_of_the_default_model_only(tmp_path, tiny, monkeypatch):
-    import copy
-
     from peft import LoraConfig, get_peft_model
 
     import genembed.loading as loading
@@ -136,3 +135,38 @@ def test_auto_dtype_is_bfloat16_only_where_the_hardware_computes_it(monkeypatch,
     assert genembed.load(tmp_path, dtype="float32").backbone.model.dtype == torch.float32
     with pytest.raises(ValueError, match="dtype must be 'auto' or one of"):
         resolve_dtype("int8")
+
+
+@pytest.mark.parametrize(
+    ("file", "how", "match"),
+    [
+        ("adapter_model.safetensors", "truncate", "not a readable safetensors file"),
+        ("adapter_model.safetensors", "header", "not a readable safetensors file"),
+        ("adapter_model.safetensors", "delete", "is missing"),
+        ("adapter_config.json", "truncate", "is not valid JSON"),
+    ],
+)
+def test_a_damaged_adapter_names_its_file(tmp_path, tiny, file, how, match):
+    from peft import LoraConfig, get_peft_model
+
+    from genembed._files import DamagedFileError
+    from genembed.loading import attach_adapter
+    from genembed.training.lora import continue_lora
+
+    adapter = tmp_path / "adapter"
+    lora = get_peft_model(copy.deepcopy(tiny.model), LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj"]))
+    lora.save_pretrained(adapter)
+    attach_adapter(copy.deepcopy(tiny), adapter)  # the intact adapter loads
+    path = adapter / file
+    if how == "truncate":
+        path.write_bytes(path.read_bytes()[:-20])
+    elif how == "header":
+        data = bytearray(path.read_bytes())
+        data[10] = 0xFF  # invalid UTF-8 inside the JSON header
+        path.write_bytes(bytes(data))
+    else:
+        path.unlink()
+    for load in (lambda: attach_adapter(tiny, adapter), lambda: continue_lora(tiny.model, adapter)):
+        with pytest.raises(DamagedFileError, match=match) as caught:
+            load()
+        assert str(path) in str(caught.value) and f"Copy the adapter folder {adapter} again" in str(caught.value)

@@ -231,3 +231,76 @@ def test_cli_two_processes_under_accelerate_equal_one_process(tiny_folder, tmp_p
         timeout=60,
     )
     assert bad.returncode == 2 and "instruction differ" in bad.stderr
+
+
+@pytest.fixture(scope="module")
+def encoded(tmp_path_factory, _tiny_backbone):
+    """A finished output folder of 11 records in 3 shards."""
+    folder = tmp_path_factory.mktemp("encoded")
+    _write_corpus(folder / "c.jsonl", 11)
+    encode_corpus(_tiny_backbone, folder / "c.jsonl", folder / "out", OPTIONS, shard_size=4, show_progress_bar=False)
+    return folder
+
+
+def _damage(path: Path, how: str) -> None:
+    if how == "truncate":
+        path.write_bytes(path.read_bytes()[:-7])
+    elif how == "flip":
+        data = bytearray(path.read_bytes())
+        data[-3] ^= 0x01  # one bit of one float: only the checksum sees it
+        path.write_bytes(bytes(data))
+    else:
+        path.unlink()
+
+
+@pytest.mark.parametrize(
+    ("file", "how", "match"),
+    [
+        ("shard-000001.npy", "truncate", "has .* bytes, .* were written"),
+        ("shard-000001.npy", "flip", "does not match its checksum"),
+        ("shard-000001.npy", "delete", "is missing"),
+        ("shard-000001.ids.json", "truncate", "has .* bytes"),
+        ("manifest.json", "truncate", "is not valid JSON"),
+    ],
+)
+def test_a_damaged_file_names_itself_and_the_rerun_repairs_it(tiny, encoded, tmp_path, file, how, match):
+    import shutil
+
+    from genembed._files import DamagedFileError
+
+    shutil.copytree(encoded, tmp_path / "copy")
+    out = tmp_path / "copy" / "out"
+    expected_ids, expected = load_corpus_embeddings(encoded / "out")
+    _damage(out / file, how)
+    with pytest.raises(DamagedFileError, match=match) as caught:
+        load_corpus_embeddings(out)
+    message = str(caught.value)
+    assert str(out / file) in message and "rerun the same `genembed encode` command" in message
+    # do what the message says: delete the shard's files (or the manifest) and rerun
+    for name in [file, file.replace(".ids.json", ".npy"), file.replace(".npy", ".ids.json")]:
+        (out / name).unlink(missing_ok=True)
+    result = encode_corpus(tiny, tmp_path / "copy" / "c.jsonl", out, OPTIONS, shard_size=4, show_progress_bar=False)
+    assert result.encoded_shards == ([] if file == "manifest.json" else [1])
+    ids, emb = load_corpus_embeddings(out)
+    assert ids == expected_ids and np.array_equal(emb, expected)
+
+
+def test_a_damaged_shard_from_an_earlier_run_is_named_when_resuming(tiny, encoded, tmp_path):
+    import shutil
+
+    from genembed._files import DamagedFileError
+
+    shutil.copytree(encoded, tmp_path / "copy")
+    out = tmp_path / "copy" / "out"
+    (out / "manifest.json").unlink()
+    _damage(out / "shard-000002.npy", "truncate")
+    with pytest.raises(DamagedFileError, match=r"shard-000002\.npy is not a readable \.npy array") as caught:
+        encode_corpus(tiny, tmp_path / "copy" / "c.jsonl", out, OPTIONS, shard_size=4, show_progress_bar=False)
+    assert "Delete shard-000002.npy and shard-000002.ids.json" in str(caught.value)
+    # an old manifest without checksums still loads (size and shape are checked by numpy)
+    shutil.copytree(encoded, tmp_path / "old")
+    manifest = json.loads((tmp_path / "old" / "out" / "manifest.json").read_text())
+    for shard in manifest["shards"]:
+        del shard["embeddings_file"], shard["ids_file"]
+    (tmp_path / "old" / "out" / "manifest.json").write_text(json.dumps(manifest))
+    assert load_corpus_embeddings(tmp_path / "old" / "out")[1].shape == (11, 32)

@@ -9,6 +9,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from genembed._files import DamagedFileError
 from genembed.eval.embedding_cache import EmbeddingCache
 
 
@@ -67,5 +68,32 @@ def test_a_process_killed_mid_write_leaves_earlier_rows_intact(tmp_path):
 def test_an_unreadable_file_is_a_clear_error(tmp_path):
     path = tmp_path / "c.sqlite"
     path.write_bytes(b"this is not a database" * 100)
-    with pytest.raises(Exception, match="embedding cache .* is unreadable .* delete it"):
+    with pytest.raises(DamagedFileError, match=f"embedding cache {path} is unreadable .* Delete it"):
         EmbeddingCache(path)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "overwrite"])
+def test_a_damaged_cache_of_real_embeddings_names_its_file(tiny_model, tmp_path, damage):
+    from genembed.eval import GenembedEncoder
+    from genembed.eval.encoding import TextEmbedder
+
+    path = tmp_path / "c.sqlite"
+    texts = [f"text number {i} about {word}" for i, word in enumerate(["guitars", "Paris", "foxes"] * 40)]
+    with EmbeddingCache(path) as cache:
+        first = TextEmbedder(GenembedEncoder(tiny_model, steps=2), cache, progress=False)(texts, "")
+    data = path.read_bytes()
+    assert len(data) > 40_000  # the rows are in the main file (the WAL was checkpointed at close)
+    if damage == "truncate":
+        path.write_bytes(data[: len(data) // 2])
+    else:
+        path.write_bytes(data[:5000] + bytes(len(data) - 10_000) + data[-5000:])  # pages of zeros
+    with (
+        pytest.raises(DamagedFileError, match="the file is damaged. Delete it") as caught,
+        EmbeddingCache(path) as cache,
+    ):
+        TextEmbedder(GenembedEncoder(tiny_model, steps=2), cache, progress=False)(texts, "")
+    assert f"embedding cache {path} is unreadable" in str(caught.value)
+    path.unlink()  # what the message says: the next run encodes again, with the same result
+    with EmbeddingCache(path) as cache:
+        again = TextEmbedder(GenembedEncoder(tiny_model, steps=2), cache, progress=False)(texts, "")
+    np.testing.assert_array_equal(again, first)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -155,6 +156,7 @@ def test_version_mismatch_is_a_clear_error(built):
 @pytest.mark.parametrize("damage", ["faiss", "chunks", "manifest", "kv", "count", "missing"])
 def test_corruption_is_a_clear_error(built, damage):
     manifest = json.loads((built / MANIFEST).read_text())
+    path = built / MANIFEST
     if damage == "faiss":
         path = built / manifest["files"]["faiss"]
         data = bytearray(path.read_bytes())
@@ -174,12 +176,65 @@ def test_corruption_is_a_clear_error(built, damage):
         match = "is missing or has the wrong size"
     elif damage == "count":
         _edit_manifest(built, n_chunks=manifest["n_chunks"] + 1)
-        match = "manifest says .* chunks"
+        path, match = built, "manifest says .* chunks"
     else:
-        (built / manifest["files"]["faiss"]).unlink()
+        path = built / manifest["files"]["faiss"]
+        path.unlink()
         match = "is missing"
-    with pytest.raises(IndexCorruptedError, match=match):
+    with pytest.raises(IndexCorruptedError, match=match) as caught:
         Index.load(built)
+    assert str(path) in str(caught.value) and f"--out {built} --overwrite" in str(caught.value)
+
+
+def test_damage_found_without_checksums_names_the_file_and_line(built):
+    manifest = json.loads((built / MANIFEST).read_text())
+    chunks = built / manifest["files"]["chunks"]
+    lines = chunks.read_text().splitlines()
+    chunks.write_text("\n".join([*lines[:2], lines[2][:30], *lines[3:]]) + "\n")  # a torn record
+    with pytest.raises(IndexCorruptedError, match=rf"{chunks}:3: not a chunk record"):
+        Index.load(built, verify=False)
+    chunks.write_text("\n".join(lines[:-1]) + "\n")  # a lost last record
+    with pytest.raises(IndexCorruptedError, match=rf"{chunks.name} has {len(lines) - 1}"):
+        Index.load(built, verify=False)
+
+
+def test_a_damaged_kv_shard_names_itself_when_read(built):
+    index = Index.load(built)
+    shard = built / index.manifest["kv"]["shards"][0]["file"]
+    data = bytearray(shard.read_bytes())
+    data[8:12] = b"\xff\xfe\x00{"  # inside the JSON header: same size, unreadable
+    shard.write_bytes(bytes(data))
+    index = Index.load(built)  # the size matches: found when the states are read
+    with pytest.raises(IndexCorruptedError, match="KV shard .* cannot be opened") as caught:
+        index.kv(0)
+    assert str(shard) in str(caught.value) and "Rebuild the index" in str(caught.value)
+
+
+def test_a_damaged_shard_of_an_interrupted_build_names_itself(tiny_model, docs_file, tmp_path, monkeypatch):
+    from genembed._files import DamagedFileError
+
+    real_encode = index_build.encode_with_kv
+    calls: list[int] = []
+
+    def crash_on_second_shard(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real_encode(*args, **kwargs)
+
+    monkeypatch.setattr(index_build, "encode_with_kv", crash_on_second_shard)
+    with pytest.raises(KeyboardInterrupt):
+        _build(tiny_model, [docs_file], tmp_path / "idx", shard_size=4)
+    monkeypatch.undo()
+    emb = tmp_path / "idx" / ".build" / "emb-00000.npy"
+    data = bytearray(emb.read_bytes())
+    data[-1] ^= 0x01
+    emb.write_bytes(bytes(data))
+    with pytest.raises(DamagedFileError, match="does not match its checksum") as caught:
+        _build(tiny_model, [docs_file], tmp_path / "idx", shard_size=4)
+    assert str(emb) in str(caught.value) and f"Delete {tmp_path / 'idx' / '.build'} and rerun" in str(caught.value)
+    shutil.rmtree(tmp_path / "idx" / ".build")
+    assert len(_build(tiny_model, [docs_file], tmp_path / "idx", shard_size=4)) > 4
 
 
 def test_not_an_index(tmp_path):

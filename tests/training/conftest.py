@@ -15,7 +15,7 @@ def assets() -> Path:
     return ASSETS
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def run_config():
     """``run_config(output_dir, model, **sections)``: a small GIRCSE config on the asset data."""
     return tiny_run_config

@@ -130,14 +130,15 @@ def test_interrupted_and_resumed_run_ends_where_an_uninterrupted_one_does(
         train(run_config(tmp_path / "resumed", tiny_folder, **sections))
     resumed = train(run_config(tmp_path / "resumed", tiny_folder, **sections), resume=True)
 
-    assert resumed.final_loss == pytest.approx(full.final_loss, rel=1e-5)
+    # exactly the same run: weights, optimizer moments, scheduler and RNG states (dropout) all restored
+    assert resumed.final_loss == full.final_loss
     a = [json.loads(x) for x in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
     b = [json.loads(x) for x in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in b] == list(range(1, 11))
-    assert [r["loss"] for r in b] == pytest.approx([r["loss"] for r in a], rel=1e-5)
+    assert [(r["loss"], r["grad_norm"], r["lr"]) for r in b] == [(r["loss"], r["grad_norm"], r["lr"]) for r in a]
     for (name, p), (_, q) in zip(full.model.named_parameters(), resumed.model.named_parameters(), strict=True):
         if p.requires_grad:
-            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=name)
+            assert torch.equal(p, q), name
 
 
 def test_resume_may_switch_gradient_checkpointing_on(tmp_path, tiny_folder, run_config):

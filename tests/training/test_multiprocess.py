@@ -42,6 +42,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _read(path):
+    """What ddp_worker.py wrote: ``{"world": int, "weights": {name: tensor}}``."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    with safe_open(str(path), framework="pt") as handle:
+        world = int(handle.metadata()["world"])
+    return {"world": world, "weights": load_file(str(path))}
+
+
 @pytest.mark.integration
 def test_two_processes_train_identical_weights_equal_to_one_process_on_the_global_batch(tmp_path, tiny_folder, assets):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -54,8 +64,8 @@ def test_two_processes_train_identical_weights_equal_to_one_process_on_the_globa
     done = subprocess.run([sys.executable, str(WORKER), str(one)], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
 
-    ranks = [torch.load(tmp_path / "two" / f"rank{r}.pt") for r in (0, 1)]
-    single = torch.load(tmp_path / "one" / "rank0.pt")
+    ranks = [_read(tmp_path / "two" / f"rank{r}.safetensors") for r in (0, 1)]
+    single = _read(tmp_path / "one" / "rank0.safetensors")
     assert [r["world"] for r in ranks] == [2, 2] and single["world"] == 1
     assert ranks[0]["weights"].keys() == single["weights"].keys()
     differing, total = 0, 0

@@ -43,11 +43,12 @@ def load_model(
 ) -> Any:
     """Load a model, turning a missing model or a bad setting into a clean CLI error instead of a traceback."""
     import genembed
+    from genembed._files import DamagedFileError
     from genembed.backbone import MissingModelError
 
     try:
         chosen = False if adapter is not None and adapter.lower() == "none" else adapter
         return genembed.load(model, adapter=chosen, dtype=dtype, device=device, center=center)
-    except (MissingModelError, ValueError) as exc:
+    except (MissingModelError, DamagedFileError, ValueError) as exc:
         typer.secho(f"error: {exc}", fg="red", err=True)
         raise typer.Exit(2) from exc

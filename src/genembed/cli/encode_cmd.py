@@ -46,6 +46,7 @@ def encode(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
 ) -> None:
     """Embed every record of INPUT.jsonl into OUT/shard-*.npy (+ ids); see docs/performance.md."""
+    from genembed._files import DamagedFileError
     from genembed.encoders import EncodeOptions
     from genembed.encoders.corpus import encode_corpus
 
@@ -78,7 +79,7 @@ def encode(
             overwrite=overwrite,
             show_progress_bar=not quiet,
         )
-    except ValueError as exc:
+    except (ValueError, DamagedFileError) as exc:
         _fail(str(exc))
     if result.rank == 0 and not quiet:
         typer.echo(

@@ -63,21 +63,26 @@ def eval_tasks(
         _fail(str(exc))
     if rerank_top is not None and not callable(getattr(loaded, "rerank", None)):
         _fail("--rerank-top needs GenerativeEmbedder.rerank, which this genembed build does not have")
-    cache = None if no_cache else EmbeddingCache(cache_file)
-    typer.echo(
-        f"{len(tasks)} tasks · {encoder.name} · steps {list(encoder.views) or '-'} · cache {cache and cache.path}"
-    )
-    report = evaluate(
-        encoder,
-        tasks,
-        limit=limit,
-        cache=cache,
-        reranker=loaded if rerank_top else None,
-        rerank_top=rerank_top,
-        out=out,
-        log=typer.echo,
-        config={"adapter_path": adapter, "model_arg": model},
-    )
+    from genembed._files import DamagedFileError
+
+    try:
+        cache = None if no_cache else EmbeddingCache(cache_file)
+        typer.echo(
+            f"{len(tasks)} tasks · {encoder.name} · steps {list(encoder.views) or '-'} · cache {cache and cache.path}"
+        )
+        report = evaluate(
+            encoder,
+            tasks,
+            limit=limit,
+            cache=cache,
+            reranker=loaded if rerank_top else None,
+            rerank_top=rerank_top,
+            out=out,
+            log=typer.echo,
+            config={"adapter_path": adapter, "model_arg": model},
+        )
+    except DamagedFileError as exc:
+        _fail(str(exc))
     mean = report.mean_scores()[-1]
     typer.echo(f"mean {mean:.2f} over {len(report.tasks)} tasks in {report.seconds:.1f}s -> {out}")
 

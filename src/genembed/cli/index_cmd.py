@@ -17,6 +17,10 @@ index_app = typer.Typer(
 )
 
 SourcesArg = Annotated[list[Path], typer.Argument(help="JSONL (id, title, text), .txt or .md files, or folders")]
+ShardOpt = Annotated[
+    int | None,
+    typer.Option("--shard-size", min=1, help="chunks per resumable unit (default: 64 with --store-kv, else 1024)"),
+]
 
 
 def _fail(message: str) -> None:
@@ -48,6 +52,7 @@ def build(
         str, typer.Option("--attention", help="causal or bidirectional (grit: always bidi)")
     ] = "causal",
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="chunks per forward pass")] = 16,
+    shard_size: ShardOpt = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="replace an existing index at --out")] = False,
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
@@ -56,6 +61,7 @@ def build(
     center: CenterOpt = None,
 ) -> None:
     """Chunk, embed and index SOURCES. Rerun the same command after an interruption to resume."""
+    from genembed._files import DamagedFileError
     from genembed.retrieval.chunking import SourceError
     from genembed.retrieval.embed_kv import EmbedConfig
     from genembed.retrieval.index_build import build_index
@@ -85,10 +91,11 @@ def build(
             store_kv=store_kv,
             kv_dtype=kv_dtype,
             batch_size=batch_size,
+            shard_size=shard_size,
             overwrite=overwrite,
             model_ref={"model": _ref(model), "adapter": _ref(adapter)},
         )
-    except (SourceError, FileNotFoundError, FileExistsError, ValueError) as exc:
+    except (SourceError, DamagedFileError, FileNotFoundError, FileExistsError, ValueError) as exc:
         _fail(str(exc))
     _print_info(index)
 
@@ -98,12 +105,14 @@ def add(
     index_dir: Annotated[Path, typer.Argument(help="an index folder from `genembed index build`")],
     sources: SourcesArg,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="chunks per forward pass")] = 16,
+    shard_size: ShardOpt = None,
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
     dtype: DtypeOpt = "auto",
     device: DeviceOpt = "auto",
 ) -> None:
     """Append SOURCES to an index (same model and settings). Resumes like `build`."""
+    from genembed._files import DamagedFileError
     from genembed.retrieval.chunking import SourceError
     from genembed.retrieval.errors import IndexLoadError
     from genembed.retrieval.index import read_manifest
@@ -115,8 +124,8 @@ def add(
         _fail(str(exc))
     loaded = load_model(model or ref.get("model"), adapter or ref.get("adapter"), dtype, device=device)
     try:
-        index = add_to_index(loaded, index_dir, sources, batch_size=batch_size)
-    except (SourceError, IndexLoadError, FileNotFoundError, FileExistsError, ValueError) as exc:
+        index = add_to_index(loaded, index_dir, sources, batch_size=batch_size, shard_size=shard_size)
+    except (SourceError, IndexLoadError, DamagedFileError, FileNotFoundError, FileExistsError, ValueError) as exc:
         _fail(str(exc))
     _print_info(index)
 

@@ -26,6 +26,7 @@ def train(
     ] = False,
 ) -> None:
     """Train with the ICR (GIRCSE) or joint GRIT objective; writes an adapter folder for genembed.load."""
+    from genembed._files import DamagedFileError
     from genembed.backbone import MissingModelError
     from genembed.training import ConfigError, DataError
     from genembed.training.loop import train as run
@@ -33,7 +34,7 @@ def train(
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         result = run(config, overrides or [], resume=resume)
-    except (ConfigError, DataError, MissingModelError) as exc:
+    except (ConfigError, DataError, DamagedFileError, MissingModelError) as exc:
         typer.secho(f"error: {exc}", fg="red", err=True)
         raise typer.Exit(2) from exc
     if os.environ.get("RANK", "0") != "0":  # under a multi-process launcher only the main process reports

@@ -8,10 +8,12 @@ written before the next one is parsed. The output folder holds::
     shard-000000.npy        (n, dim) float32 embeddings of shard 0's records, in input order
     shard-000000.ids.json   their ids (the record's id field, else its 0-based record number)
     ...
-    manifest.json           written once every shard exists: record count, dim and the shard list
+    manifest.json           written once every shard exists: record count, dim and the shard list with
+                            each file's byte size and SHA-256 (checked by :func:`load_corpus_embeddings`)
 
 Every file is written to a temporary name and renamed, a shard's ids before its embeddings, so a shard
 whose ``.npy`` exists is complete. A rerun after an interruption skips the shards already written.
+A damaged file (truncated, altered) is an error that names it and says what to do.
 
 Data parallel: under ``torchrun`` or ``accelerate launch`` (``RANK``/``WORLD_SIZE`` set) rank ``r`` of ``W``
 encodes the shards ``s`` with ``s % W == r``; rank 0 writes the manifest after all ranks finish.
@@ -29,6 +31,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._files import (
+    DamagedFileError,
+    atomic_write_json,
+    atomic_write_npy,
+    file_digest,
+    read_json,
+    read_npy,
+    remove_temp_files,
+)
 from .centering import apply_centre, centre
 from .embedder import EncodeOptions, encode_texts
 
@@ -130,21 +141,6 @@ def _barrier(world: int) -> None:
         dist.barrier()
 
 
-def _write_atomic(path: Path, write: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
-def _write_json(path: Path, value: Any) -> None:
-    _write_atomic(path, lambda f: f.write(json.dumps(value, indent=1).encode()))
-
-
 def _shard_paths(out_dir: Path, shard: int) -> tuple[Path, Path]:
     return out_dir / f"shard-{shard:06d}.npy", out_dir / f"shard-{shard:06d}.ids.json"
 
@@ -154,7 +150,7 @@ def _prepare_folder(out_dir: Path, config: dict, overwrite: bool, rank: int, wor
     clears it when overwriting and records the settings."""
     path = out_dir / _CONFIG
     if path.is_file() and not overwrite:
-        old = json.loads(path.read_text())
+        old = read_json(path, fix=f"Delete it, or rerun with --overwrite to start {out_dir} again.")
         changed = sorted(k for k in set(old) | set(config) if old.get(k) != config.get(k))
         if changed:
             raise ValueError(
@@ -166,7 +162,7 @@ def _prepare_folder(out_dir: Path, config: dict, overwrite: bool, rank: int, wor
         if overwrite:
             for old_file in [*out_dir.glob("shard-*"), out_dir / _MANIFEST]:
                 old_file.unlink(missing_ok=True)
-        _write_json(path, config)
+        atomic_write_json(path, config, indent=1)
     _barrier(world)
 
 
@@ -307,13 +303,14 @@ def _encode_shards(
             if normalize and embeddings.numel():
                 embeddings = torch.nn.functional.normalize(embeddings, dim=-1)
             npy, ids_path = _shard_paths(out_dir, shard)
-            _write_atomic(ids_path, lambda f, ids=ids: f.write(json.dumps(ids).encode()))
-            _write_atomic(npy, lambda f, e=embeddings: np.save(f, e.numpy().astype(np.float32)))
+            atomic_write_json(ids_path, ids, indent=None)
+            atomic_write_npy(npy, embeddings.numpy().astype(np.float32))
             result.encoded_shards.append(shard)
             bar.update(len(texts))
     _barrier(world)
     if rank == 0:
         _write_manifest(out_dir, total, n_shards)
+        remove_temp_files(out_dir)  # left by a run that was killed mid-write
     return result
 
 
@@ -334,36 +331,76 @@ def _take_shard(records: Iterator, shard: int, shard_size: int) -> tuple[list, l
     return ids, texts
 
 
+def _redo_hint(npy: Path) -> str:
+    return (
+        f"Delete {npy.name} and {npy.name.removesuffix('.npy')}.ids.json in {npy.parent} and rerun the same "
+        "`genembed encode` command: that shard is encoded again."
+    )
+
+
+def _check_rows(npy: Path, array: np.ndarray, ids_path: Path, ids: Any) -> None:
+    """A shard's embeddings are ``(n, dim)`` and its ids a list of ``n``."""
+    n_ids = len(ids) if isinstance(ids, list) else None
+    if array.ndim != 2 or n_ids != len(array):
+        raise DamagedFileError(
+            f"{npy} holds an array of shape {list(array.shape)}, but {ids_path.name} lists "
+            f"{'no list of' if n_ids is None else n_ids} ids. {_redo_hint(npy)}"
+        )
+
+
 def _write_manifest(out_dir: Path, total: int, n_shards: int) -> None:
     shards, dim = [], None
     for s in range(n_shards):
         npy, ids_path = _shard_paths(out_dir, s)
         if not npy.is_file():
             raise RuntimeError(f"shard {npy.name} is missing after encoding; rerun to resume")
-        array = np.load(npy, mmap_mode="r")
+        array = read_npy(npy, {"dtype": "float32"}, fix=_redo_hint(npy))
+        ids = read_json(ids_path, fix=_redo_hint(npy))
+        _check_rows(npy, array, ids_path, ids)
         dim = int(array.shape[1])
-        shards.append({"embeddings": npy.name, "ids": ids_path.name, "rows": int(array.shape[0])})
+        shards.append(
+            {
+                "embeddings": npy.name,
+                "ids": ids_path.name,
+                "rows": len(array),
+                "embeddings_file": file_digest(npy) | {"shape": list(array.shape), "dtype": "float32"},
+                "ids_file": file_digest(ids_path),
+            }
+        )
     if sum(s["rows"] for s in shards) != total:
         raise RuntimeError(f"the shards in {out_dir} hold {sum(s['rows'] for s in shards)} rows, expected {total}")
-    _write_json(out_dir / _MANIFEST, {"records": total, "dim": dim, "shards": shards})
+    atomic_write_json(out_dir / _MANIFEST, {"records": total, "dim": dim, "shards": shards}, indent=1)
 
 
 def load_corpus_embeddings(out_dir: str | os.PathLike) -> tuple[list, np.ndarray]:
     """All ids and the ``(n, dim)`` embeddings of a finished output folder, in input order.
 
+    Every file is checked against the size and SHA-256 the manifest recorded.
+
     Raises:
         FileNotFoundError: the folder has no manifest (encoding has not finished).
+        DamagedFileError: a shard or the manifest is missing, truncated or altered (the message names
+            the file and how to redo it).
     """
     out_dir = Path(out_dir)
     manifest_path = out_dir / _MANIFEST
     if not manifest_path.is_file():
         raise FileNotFoundError(f"{out_dir} has no {_MANIFEST}: encoding has not finished (rerun to resume)")
-    manifest = json.loads(manifest_path.read_text())
+    manifest = read_json(
+        manifest_path,
+        fix="Delete it and rerun the same `genembed encode` command: the finished shards are kept and it is "
+        "written again.",
+    )
     ids: list = []
     arrays = []
     for shard in manifest["shards"]:
-        ids.extend(json.loads((out_dir / shard["ids"]).read_text()))
-        arrays.append(np.load(out_dir / shard["embeddings"]))
+        npy = out_dir / shard["embeddings"]
+        ids_path = out_dir / shard["ids"]
+        shard_ids = read_json(ids_path, shard.get("ids_file"), fix=_redo_hint(npy))
+        array = read_npy(npy, shard.get("embeddings_file"), fix=_redo_hint(npy))
+        _check_rows(npy, array, ids_path, shard_ids)
+        arrays.append(array)
+        ids.extend(shard_ids)
     if not arrays:
         return ids, np.zeros((0, manifest["dim"] or 0), dtype=np.float32)
     return ids, np.concatenate(arrays)

@@ -8,17 +8,22 @@ code), ``view`` the number of soft tokens K (0 for single-pass methods), and ``i
 
 Crash safety comes from SQLite transactions (write-ahead log): the rows of one chunk are committed
 together or not at all, so a process killed mid-write leaves every earlier chunk intact and the
-next run resumes after it. Several processes may share the file.
+next run resumes after it. Several processes may share the file. A damaged file (truncated,
+overwritten) raises :class:`~genembed._files.DamagedFileError` naming it: delete it, it only holds
+embeddings that can be computed again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
+
+from .._files import DamagedFileError
 
 __all__ = ["EmbeddingCache", "default_cache_path", "text_hash"]
 
@@ -62,18 +67,30 @@ class EmbeddingCache:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = sqlite3.connect(self.path, timeout=120, isolation_level=None)
         try:
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            self._conn.executescript(_SCHEMA)
-        except sqlite3.DatabaseError as exc:
+            with self._damage():
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                self._conn.execute("PRAGMA synchronous=NORMAL")
+                self._conn.executescript(_SCHEMA)
+        except DamagedFileError:
             self._conn.close()
-            raise sqlite3.DatabaseError(
-                f"embedding cache {self.path} is unreadable ({exc}); delete it (it only holds cached embeddings)"
+            raise
+
+    @contextlib.contextmanager
+    def _damage(self) -> Iterator[None]:
+        """Turn SQLite's "file is not a database" / "disk image is malformed" into an error naming the file."""
+        try:
+            yield
+        except (sqlite3.DatabaseError, ValueError) as exc:
+            if isinstance(exc, sqlite3.OperationalError | sqlite3.IntegrityError | sqlite3.ProgrammingError):
+                raise  # locked, read-only, closed: not damage
+            raise DamagedFileError(
+                f"embedding cache {self.path} is unreadable ({exc}): the file is damaged. Delete it (it only "
+                "holds cached embeddings, which are computed again) or pass another cache file."
             ) from exc
 
     def register(self, encoder: str, description: str) -> None:
         """Record a human-readable description of an encoder key (for inspecting the cache)."""
-        with self._conn:
+        with self._damage(), self._conn:
             self._conn.execute("INSERT OR REPLACE INTO encoders VALUES (?, ?)", (encoder, description))
 
     def get(self, encoder: str, instruction: str, view: int, texts: Sequence[str]) -> dict[int, np.ndarray]:
@@ -84,17 +101,22 @@ class EmbeddingCache:
         keys = list(wanted)
         found: dict[int, np.ndarray] = {}
         ins = text_hash(instruction)
-        for start in range(0, len(keys), _MAX_PARAMS):
-            chunk = keys[start : start + _MAX_PARAMS]
-            rows = self._conn.execute(
-                "SELECT text, vector FROM embeddings WHERE encoder = ? AND instruction = ? AND view = ? "
-                f"AND text IN ({','.join('?' * len(chunk))})",
-                (encoder, ins, view, *chunk),
-            )
-            for key, blob in rows:
-                vector = np.frombuffer(blob, dtype=np.float32)
-                for i in wanted[key]:
-                    found[i] = vector
+        sizes = set()
+        with self._damage():
+            for start in range(0, len(keys), _MAX_PARAMS):
+                chunk = keys[start : start + _MAX_PARAMS]
+                rows = self._conn.execute(
+                    "SELECT text, vector FROM embeddings WHERE encoder = ? AND instruction = ? AND view = ? "
+                    f"AND text IN ({','.join('?' * len(chunk))})",
+                    (encoder, ins, view, *chunk),
+                ).fetchall()
+                for key, blob in rows:
+                    vector = np.frombuffer(blob, dtype=np.float32)  # ValueError: not whole float32 values
+                    sizes.add(len(vector))
+                    for i in wanted[key]:
+                        found[i] = vector
+            if len(sizes) > 1:
+                raise ValueError(f"vectors of different sizes {sorted(sizes)} for one encoder")
         return found
 
     def put(self, encoder: str, instruction: str, view: int, texts: Sequence[str], vectors: np.ndarray) -> None:
@@ -107,15 +129,16 @@ class EmbeddingCache:
             (encoder, ins, view, text_hash(t), np.ascontiguousarray(v).tobytes())
             for t, v in zip(texts, vectors, strict=True)
         ]
-        with self._conn:  # BEGIN ... COMMIT, or ROLLBACK on error
+        with self._damage(), self._conn:  # BEGIN ... COMMIT, or ROLLBACK on error
             self._conn.execute("BEGIN")
             self._conn.executemany("INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?, ?, ?)", rows)
 
     def count(self, encoder: str | None = None) -> int:
         """Number of stored embeddings (of one encoder, or all)."""
-        if encoder is None:
-            return self._conn.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0]
-        return self._conn.execute("SELECT COUNT(*) FROM embeddings WHERE encoder = ?", (encoder,)).fetchone()[0]
+        with self._damage():
+            if encoder is None:
+                return self._conn.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0]
+            return self._conn.execute("SELECT COUNT(*) FROM embeddings WHERE encoder = ?", (encoder,)).fetchone()[0]
 
     def close(self) -> None:
         self._conn.close()

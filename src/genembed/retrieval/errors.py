@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-__all__ = ["IndexCorruptedError", "IndexIncompleteError", "IndexLoadError", "IndexVersionError"]
+from .._files import DamagedFileError
+
+__all__ = ["IndexCorruptedError", "IndexIncompleteError", "IndexLoadError", "IndexVersionError", "rebuild_hint"]
+
+
+def rebuild_hint(path: object) -> str:
+    """What to do about a damaged file of the index folder ``path``: build the index again."""
+    return f"Rebuild the index: `genembed index build SOURCES... --out {path} --overwrite`."
 
 
 class IndexLoadError(RuntimeError):
     """Base class: an index folder cannot be used as it is."""
 
 
-class IndexCorruptedError(IndexLoadError):
+class IndexCorruptedError(IndexLoadError, DamagedFileError):
     """A file of the index is missing, truncated, or disagrees with the manifest."""
 
 

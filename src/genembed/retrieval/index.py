@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from ._files import atomic_write, atomic_write_json, sha256_file
+from .._files import atomic_write, atomic_write_json, check_file, read_json, remove_temp_files, sha256_file
 from .embed_kv import EmbedConfig
-from .errors import IndexCorruptedError, IndexIncompleteError, IndexVersionError
+from .errors import IndexCorruptedError, IndexIncompleteError, IndexVersionError, rebuild_hint
 from .kv_ops import KV
 from .kv_store import KVStore
 
@@ -102,33 +102,30 @@ class Index:
         manifest = read_manifest(path)
         files = manifest["files"]
         faiss_path, chunks_path = path / files["faiss"], path / files["chunks"]
+        fix = rebuild_hint(path)
         for file in (faiss_path, chunks_path):
-            if not file.is_file():
-                raise IndexCorruptedError(f"{file} is missing (listed in {path / MANIFEST})")
-            if verify and sha256_file(file) != manifest["sha256"][file.name]:
-                raise IndexCorruptedError(
-                    f"{file} does not match its checksum in {path / MANIFEST}: the file is damaged"
-                )
+            expected = {"sha256": manifest["sha256"][file.name]} if verify else None
+            check_file(file, expected, fix=f"(It is listed in {path / MANIFEST}.) {fix}", error=IndexCorruptedError)
         try:
             faiss_index = _faiss().read_index(str(faiss_path))
         except RuntimeError as exc:
-            raise IndexCorruptedError(f"{faiss_path} is not a readable faiss index: {exc}") from exc
-        chunks = _read_chunks(chunks_path)
+            raise IndexCorruptedError(f"{faiss_path} is not a readable faiss index: {exc}. {fix}") from exc
+        chunks = _read_chunks(chunks_path, fix)
         n = manifest["n_chunks"]
         if faiss_index.ntotal != n or len(chunks) != n:
             raise IndexCorruptedError(
                 f"{path}: manifest says {n} chunks, faiss index has {faiss_index.ntotal}, {chunks_path.name} has "
-                f"{len(chunks)}"
+                f"{len(chunks)}. {fix}"
             )
         if faiss_index.d != manifest["model"]["dim"]:
             raise IndexCorruptedError(
-                f"{faiss_path}: dimension {faiss_index.d}, manifest says {manifest['model']['dim']}"
+                f"{faiss_path}: dimension {faiss_index.d}, manifest says {manifest['model']['dim']}. {fix}"
             )
         for kv_shard in (manifest.get("kv") or {}).get("shards", []):
             file = path / kv_shard["file"]
             if not file.is_file() or file.stat().st_size != kv_shard["bytes"]:
                 raise IndexCorruptedError(
-                    f"KV shard {file} is missing or has the wrong size (manifest: {kv_shard['bytes']} B)"
+                    f"KV shard {file} is missing or has the wrong size (manifest: {kv_shard['bytes']} B). {fix}"
                 )
         return cls(path, manifest, chunks, faiss_index)
 
@@ -225,12 +222,9 @@ def read_manifest(path: Path) -> dict[str, Any]:
                 f"{path} holds an interrupted build: rerun the same `genembed index build` command to resume it"
             )
         raise IndexCorruptedError(f"{path} is not a genembed index: it has no {MANIFEST}")
-    try:
-        manifest = json.loads(file.read_text("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise IndexCorruptedError(f"{file} is not valid JSON: {exc}") from exc
+    manifest = read_json(file, fix=rebuild_hint(path), error=IndexCorruptedError)
     if not isinstance(manifest, dict) or manifest.get("format") != "genembed-index":
-        raise IndexCorruptedError(f"{file} is not a genembed index manifest")
+        raise IndexCorruptedError(f"{file} is not a genembed index manifest. {rebuild_hint(path)}")
     version = manifest.get("format_version")
     if version != FORMAT_VERSION:
         raise IndexVersionError(
@@ -239,20 +233,25 @@ def read_manifest(path: Path) -> dict[str, Any]:
         )
     for key in ("files", "sha256", "model", "embed", "n_chunks"):
         if key not in manifest:
-            raise IndexCorruptedError(f"{file} lacks the field {key!r}")
+            raise IndexCorruptedError(f"{file} lacks the field {key!r}. {rebuild_hint(path)}")
     return manifest
 
 
-def _read_chunks(path: Path) -> list[ChunkRecord]:
+def _read_chunks(path: Path, fix: str) -> list[ChunkRecord]:
+    try:
+        lines = path.read_text("utf-8").split("\n")  # not splitlines(): JSON keeps U+2028 unescaped
+    except UnicodeDecodeError as exc:
+        raise IndexCorruptedError(f"{path} is not UTF-8 text ({exc}). {fix}") from exc
+    if lines[-1] == "":
+        lines.pop()
     chunks = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            try:
-                chunks.append(ChunkRecord(**json.loads(line)))
-            except (json.JSONDecodeError, TypeError) as exc:
-                raise IndexCorruptedError(f"{path}:{number}: not a chunk record ({exc})") from exc
-            if chunks[-1].row != number - 1:
-                raise IndexCorruptedError(f"{path}:{number}: row {chunks[-1].row}, expected {number - 1}")
+    for number, line in enumerate(lines, start=1):
+        try:
+            chunks.append(ChunkRecord(**json.loads(line)))
+        except (json.JSONDecodeError, TypeError) as exc:
+            raise IndexCorruptedError(f"{path}:{number}: not a chunk record ({exc}). {fix}") from exc
+        if chunks[-1].row != number - 1:
+            raise IndexCorruptedError(f"{path}:{number}: row {chunks[-1].row}, expected {number - 1}. {fix}")
     return chunks
 
 
@@ -305,4 +304,6 @@ def commit(
     for old in stale:  # earlier generations, and KV shards of a discarded interrupted build
         if old.relative_to(path).as_posix() not in keep:
             old.unlink(missing_ok=True)
+    for folder in (path, path / "kv"):  # temp files of a process killed mid-write
+        remove_temp_files(folder)
     return Index(path, full, all_records, faiss_index)

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from .._files import atomic_write_json, atomic_write_npy, file_digest, read_npy
 from ..generation.adapters import kv_reuse_problem
-from ._files import atomic_write, atomic_write_json
 from .chunking import Chunk, chunk_documents, read_sources
 from .embed_kv import EmbedConfig, encode_with_kv
 from .index import BUILD_DIR, MANIFEST, ChunkRecord, Index, commit
@@ -204,12 +204,17 @@ def _run(
                     "stop": part[-1].row + 1,
                     "bytes": size,
                 }
-            atomic_write(build / f"emb-{j:05d}.npy", lambda tmp, e=encoded.embeddings: _save_npy(tmp, e))
+            emb = build / f"emb-{j:05d}.npy"
+            atomic_write_npy(emb, encoded.embeddings)
+            state["embeddings"][str(j)] = file_digest(emb)
             state["done"].append(j)
             atomic_write_json(build / _STATE, state)
             bar.update(len(part))
+    fix = f"Delete {build} and rerun the same command to embed the new chunks again."
     embeddings = (
-        np.concatenate([np.load(build / f"emb-{j:05d}.npy") for j in range(n_shards)])
+        np.concatenate(
+            [read_npy(build / f"emb-{j:05d}.npy", state["embeddings"].get(str(j)), fix=fix) for j in range(n_shards)]
+        )
         if n_shards
         else np.zeros((0, manifest["model"]["dim"]), dtype=np.float32)
     )
@@ -220,11 +225,6 @@ def _run(
     )
     shutil.rmtree(build, ignore_errors=True)
     return index
-
-
-def _save_npy(tmp: Path, array: np.ndarray) -> None:
-    with open(tmp, "wb") as handle:  # np.save on a path would append ".npy" to the temp name
-        np.save(handle, array)
 
 
 def _fingerprint(manifest: dict[str, Any], generation: int, shard_size: int, records: list[ChunkRecord]) -> str:
@@ -249,8 +249,9 @@ def _load_state(build: Path, fingerprint: str) -> dict[str, Any]:
                 f"command to finish it, or delete {build} to discard it."
             )
         if state is not None:
+            state.setdefault("embeddings", {})  # absent in a build left by an older genembed
             return state
     build.mkdir(parents=True, exist_ok=True)
-    state = {"fingerprint": fingerprint, "done": [], "kv_shards": {}}
+    state = {"fingerprint": fingerprint, "done": [], "kv_shards": {}, "embeddings": {}}
     atomic_write_json(file, state)
     return state

@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from ._files import atomic_write
-from .errors import IndexCorruptedError
+from .._files import atomic_write
+from .errors import IndexCorruptedError, rebuild_hint
 from .kv_ops import KV
 
 __all__ = ["KV_DTYPES", "KVStore", "KVGeometry", "kv_bytes_per_token", "resolve_kv_dtype", "write_kv_shard"]
@@ -131,12 +131,14 @@ class KVStore:
             try:
                 self._handles[name] = safe_open(str(path), framework="pt")
             except Exception as exc:  # missing file, truncated header, bad JSON header
-                raise IndexCorruptedError(f"KV shard {path} cannot be opened: {exc}") from exc
+                raise IndexCorruptedError(
+                    f"KV shard {path} cannot be opened: {exc}. {rebuild_hint(self.root)}"
+                ) from exc
         try:
             both = self._handles[name].get_tensor(str(row))  # (2, layers, H, L, Dh), backed by the mapped file
         except Exception as exc:
             raise IndexCorruptedError(
-                f"KV shard {self.root / name} has no readable entry for chunk {row}: {exc}"
+                f"KV shard {self.root / name} has no readable entry for chunk {row}: {exc}. {rebuild_hint(self.root)}"
             ) from exc
         return both[0], both[1]
 

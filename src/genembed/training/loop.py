@@ -30,6 +30,7 @@ from typing import Any
 import torch
 import yaml
 
+from .._files import remove_temp_files
 from .checkpoint import capture_rng, latest_checkpoint, load_checkpoint, restore_rng, save_checkpoint
 from .config import ConfigError, RunConfig, config_to_dict, load_config
 from .data.streams import ContrastiveStream, GenerativeStream, expand_files
@@ -106,6 +107,8 @@ def train(
         torch.set_num_threads(tc.threads)
     out = Path(tc.output_dir)
     checkpoint = _check_output(out, cfg, resume)  # every process checks, so all fail alike
+    # read (and check) the checkpoint before anything is loaded or the folder is touched
+    saved = load_checkpoint(checkpoint) if checkpoint is not None else None
     accelerator.wait_for_everyone()  # before the main process writes into the folder
     if main:
         _prepare_output(out, cfg, resume, checkpoint)
@@ -143,13 +146,13 @@ def train(
 
     start = 0
     metrics = MetricsLog(out / "metrics.jsonl")
-    if checkpoint is not None:
-        state = load_checkpoint(checkpoint)
-        load_trainable_state(model, state["weights"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        restore_rng(state["rng"][rank] if rank < len(state["rng"]) else state["rng"][0])
-        start = state["step"]
+    if saved is not None:
+        load_trainable_state(model, saved["weights"])
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+        restore_rng(saved["rng"][rank] if rank < len(saved["rng"]) else saved["rng"][0])
+        start = saved["step"]
+        saved = None  # the optimizer and model hold their own copies now
         contrastive.skip(start * tc.grad_accum)
         if generative is not None:
             generative.skip(start * tc.grad_accum)
@@ -251,7 +254,14 @@ def _check_output(out: Path, cfg: RunConfig, resume: bool) -> Path | None:
     saved = out / CONFIG_NAME
     checkpoint = latest_checkpoint(out / "checkpoints") if resume else None
     if checkpoint is not None and saved.is_file():
-        changed = _changed_keys(yaml.safe_load(saved.read_text(encoding="utf-8")), config_to_dict(cfg))
+        try:
+            previous = yaml.safe_load(saved.read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise ConfigError(
+                f"cannot resume {out}: {saved} is damaged ({exc}). Delete it and rerun with --resume: the "
+                "check that the config is unchanged is then skipped and the file written again"
+            ) from exc
+        changed = _changed_keys(previous, config_to_dict(cfg))
         changed -= _RESUME_FREE
         if changed:
             free = ", ".join(sorted(key.removeprefix("train.") for key in _RESUME_FREE))
@@ -273,6 +283,8 @@ def _prepare_output(out: Path, cfg: RunConfig, resume: bool, checkpoint: Path | 
         logger.warning("no checkpoint in %s: starting from scratch", out / "checkpoints")
     if not resume:
         shutil.rmtree(out / "checkpoints", ignore_errors=True)
+    for folder in (out, out / "checkpoints"):  # temp files and folders of a process killed mid-write
+        remove_temp_files(folder)
     if checkpoint is None:
         (out / "metrics.jsonl").unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
@@ -398,7 +410,7 @@ def _finish(
     out: Path, cfg: RunConfig, model: Any, tokenizer: Any, metrics: MetricsLog, data: Any, world: int, seconds: float
 ) -> None:
     """Write the trained weights (file by file, atomically), the plot and a summary."""
-    with tempfile.TemporaryDirectory(dir=out, prefix=".final-") as tmp:
+    with tempfile.TemporaryDirectory(dir=out, prefix=".final.tmp-") as tmp:
         for name in save_trained(model, tokenizer, tmp):
             os.replace(Path(tmp) / name, out / name)
     records = metrics.read()

@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .._files import DamagedFileError
+
 __all__ = ["MetricsLog", "plot_metrics"]
 
 
@@ -22,9 +24,26 @@ class MetricsLog:
             handle.flush()
 
     def read(self) -> list[dict[str, Any]]:
+        """The records; a torn last line (the process was killed while appending it) is left out.
+
+        Raises:
+            DamagedFileError: any other line is not a JSON record.
+        """
         if not self.path.is_file():
             return []
-        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        lines = [line for line in self.path.read_text(encoding="utf-8", errors="replace").split("\n") if line.strip()]
+        records = []
+        for number, line in enumerate(lines, start=1):
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                if number == len(lines):  # only the last line can be torn by a crash
+                    break
+                raise DamagedFileError(
+                    f"{self.path}:{number} is not a JSON record ({exc}): the file is damaged. Delete the line "
+                    "(or the file, losing the metrics of earlier steps) and rerun with --resume."
+                ) from exc
+        return records
 
     def truncate(self, last_step: int) -> None:
         """Keep only records with ``step <= last_step`` (written atomically)."""
