@@ -90,16 +90,84 @@ def train(
         ConfigError: a bad config, or an output folder holding another run.
         DataError: a bad data file (raised before the model is loaded).
     """
-    from accelerate import Accelerator
-    from accelerate.utils import gather_object, set_seed
-
     t_start = time.perf_counter()
     cfg = load_config(config, overrides) if not isinstance(config, RunConfig) else _with_overrides(config, overrides)
+    run, saved = _build(cfg, resume)
+    start = _resume(run, saved) if saved is not None else 0
+    from tqdm.auto import tqdm
+
+    tc, main = cfg.train, run.accelerator.is_main_process
+    bar = tqdm(total=tc.max_steps, initial=start, desc="train", disable=not (main and tc.progress), unit="step")
+    last_loss = math.nan
+    for step in range(start + 1, tc.max_steps + 1):
+        record = _train_step(run, step)
+        last_loss = record["loss"]
+        if main:
+            run.metrics.append(record)
+        bar.set_postfix(loss=f"{last_loss:.4f}", lr=f"{record['lr']:.2e}")
+        bar.update(1)
+        if step == tc.max_steps or (tc.save_every and step % tc.save_every == 0):
+            _checkpoint(run, step)
+    bar.close()
+
+    accelerator = run.accelerator
+    model = accelerator.unwrap_model(run.objective).model.eval()
+    accelerator.wait_for_everyone()
+    if main:
+        _finish(
+            run.out, cfg, model, run.tokenizer, run.metrics, run.contrastive, run.world, time.perf_counter() - t_start
+        )
+    accelerator.wait_for_everyone()
+    if run.world > 1:
+        accelerator.end_training()  # tears down the process group (gloo aborts at exit otherwise)
+    return TrainResult(run.out, model, run.tokenizer, tc.max_steps, last_loss, time.perf_counter() - t_start)
+
+
+@dataclass
+class _Run:
+    """What the steps of one run share: the process group, the model and its optimizer, the data."""
+
+    cfg: RunConfig
+    accelerator: Any
+    out: Path
+    checkpoint: Path | None  # the checkpoint resumed from
+    tokenizer: Any
+    model: Any  # the trainable model (a peft model for LoRA)
+    objective: Any  # the Objective as prepared by accelerate (DDP-wrapped with several processes)
+    optimizer: Any
+    scheduler: Any
+    params: list[torch.nn.Parameter]
+    contrastive: ContrastiveStream
+    generative: GenerativeStream | None
+    metrics: MetricsLog
+    prompt_format: str
+
+    @property
+    def rank(self) -> int:
+        return self.accelerator.process_index
+
+    @property
+    def world(self) -> int:
+        return self.accelerator.num_processes
+
+    def autocast(self) -> Any:
+        device = self.accelerator.device
+        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.cfg.train.precision == "bf16")
+
+
+def _build(cfg: RunConfig, resume: bool) -> tuple[_Run, dict[str, Any] | None]:
+    """Check the output folder, read the data and the checkpoint, load the model: a run ready to step.
+
+    Returns the run and the checkpoint's state to resume from (None for a fresh start).
+    """
+    from accelerate import Accelerator
+    from accelerate.utils import set_seed
+
     tc = cfg.train
-    # bf16 autocast is applied around the forward below rather than through accelerate's process-wide
+    # bf16 autocast is applied around the forward rather than through accelerate's process-wide
     # mixed-precision state, so that successive train() calls in one process may differ in precision
     accelerator = Accelerator(cpu=not torch.cuda.is_available())
-    rank, world, main = accelerator.process_index, accelerator.num_processes, accelerator.is_main_process
+    world, main = accelerator.num_processes, accelerator.is_main_process
     _warn_if_single_process_launch(world)
     if tc.grad_cache_chunk and world > 1:
         raise ConfigError("train.grad_cache_chunk works in a single process; set it to 0 for a multi-process run")
@@ -119,14 +187,13 @@ def train(
     init_from = _init_adapter(cfg.lora.init_from)  # a missing adapter fails before the model loads too
     set_seed(tc.seed)
     backbone = _load_backbone(cfg)
-    tokenizer = backbone.tokenizer
     generative = None
     if cfg.generative.files:
         generative = GenerativeStream(
             expand_files(cfg.generative.files),
             batch_size=cfg.generative.batch_size * world,
             seed=tc.seed,
-            tokenizer=tokenizer,
+            tokenizer=backbone.tokenizer,
             max_length=cfg.generative.max_length,
         )
     model = make_trainable(
@@ -143,95 +210,80 @@ def train(
     optimizer = torch.optim.AdamW(params, lr=tc.lr, weight_decay=tc.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(tc.schedule, tc.warmup_steps, tc.max_steps))
     objective, optimizer = accelerator.prepare(objective, optimizer)
-
-    start = 0
-    metrics = MetricsLog(out / "metrics.jsonl")
-    if saved is not None:
-        load_trainable_state(model, saved["weights"])
-        optimizer.load_state_dict(saved["optimizer"])
-        scheduler.load_state_dict(saved["scheduler"])
-        restore_rng(saved["rng"][rank] if rank < len(saved["rng"]) else saved["rng"][0])
-        start = saved["step"]
-        saved = None  # the optimizer and model hold their own copies now
-        contrastive.skip(start * tc.grad_accum)
-        if generative is not None:
-            generative.skip(start * tc.grad_accum)
-        if main:
-            metrics.truncate(start)
-            logger.info("resuming from %s (step %d)", checkpoint, start)
-
     prompt_format = cfg.embedding.prompt_format or ("chat" if cfg.embedding.method == "gircse" else "plain")
-    device = accelerator.device
+    run = _Run(
+        cfg, accelerator, out, checkpoint, backbone.tokenizer, model, objective, optimizer, scheduler, params,
+        contrastive, generative, MetricsLog(out / "metrics.jsonl"), prompt_format,
+    )  # fmt: skip
+    return run, saved
 
-    def autocast() -> Any:
-        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=tc.precision == "bf16")
 
-    gathered = cfg.loss.cross_device_negatives and world > 1
-    from tqdm.auto import tqdm
+def _resume(run: _Run, saved: dict[str, Any]) -> int:
+    """Restore weights, optimizer, scheduler, RNG and data position from a checkpoint; return its step."""
+    load_trainable_state(run.model, saved["weights"])
+    run.optimizer.load_state_dict(saved["optimizer"])
+    run.scheduler.load_state_dict(saved["scheduler"])
+    rng = saved["rng"]
+    restore_rng(rng[run.rank] if run.rank < len(rng) else rng[0])
+    start = saved["step"]
+    accum = run.cfg.train.grad_accum
+    run.contrastive.skip(start * accum)
+    if run.generative is not None:
+        run.generative.skip(start * accum)
+    if run.accelerator.is_main_process:
+        run.metrics.truncate(start)
+        logger.info("resuming from %s (step %d)", run.checkpoint, start)
+    return start
 
-    bar = tqdm(total=tc.max_steps, initial=start, desc="train", disable=not (main and tc.progress), unit="step")
-    last_loss = math.nan
-    for step in range(start + 1, tc.max_steps + 1):
-        t_step = time.perf_counter()
-        sums: dict[str, torch.Tensor] = {}
-        sources: Counter[str] = Counter()
-        for micro in range(tc.grad_accum):
-            batch = contrastive.next()
-            sources.update(contrastive.last_rows)
-            local = batch.shard(rank, world)
-            targets = batch if gathered else local
-            queries, documents = _tokenize(tokenizer, local, prompt_format, cfg.embedding)
-            gen_batch = None
-            if generative is not None:
-                rows = generative.next_rows()
-                per = len(rows) // world
-                gen_batch = generative.collate(rows[rank * per : (rank + 1) * per])
-            mask = targets.mask_tensor()
-            inputs = (
-                queries.to(device),
-                documents.to(device),
-                targets.label_tensor().to(device),
-                None if mask is None else mask.to(device),
-                None if gen_batch is None else _to(gen_batch, device),
+
+def _train_step(run: _Run, step: int) -> dict[str, Any]:
+    """One optimizer step over ``grad_accum`` micro-batches; returns its metrics record."""
+    tc, accelerator = run.cfg.train, run.accelerator
+    device, rank, world = accelerator.device, run.rank, run.world
+    gathered = run.cfg.loss.cross_device_negatives and world > 1
+    t_step = time.perf_counter()
+    sums: dict[str, torch.Tensor] = {}
+    sources: Counter[str] = Counter()
+    for micro in range(tc.grad_accum):
+        batch = run.contrastive.next()
+        sources.update(run.contrastive.last_rows)
+        local = batch.shard(rank, world)
+        targets = batch if gathered else local
+        queries, documents = _tokenize(run.tokenizer, local, run.prompt_format, run.cfg.embedding)
+        gen_batch = None
+        if run.generative is not None:
+            rows = run.generative.next_rows()
+            per = len(rows) // world
+            gen_batch = run.generative.collate(rows[rank * per : (rank + 1) * per])
+        mask = targets.mask_tensor()
+        inputs = (
+            queries.to(device),
+            documents.to(device),
+            targets.label_tensor().to(device),
+            None if mask is None else mask.to(device),
+            None if gen_batch is None else _to(gen_batch, device),
+        )
+        if tc.grad_cache_chunk:  # single process (checked in _build)
+            terms = grad_cache_step(
+                run.objective, *inputs, chunk=tc.grad_cache_chunk, scale=1 / tc.grad_accum, autocast=run.autocast
             )
-            if tc.grad_cache_chunk:  # single process (checked above)
-                terms = grad_cache_step(
-                    objective, *inputs, chunk=tc.grad_cache_chunk, scale=1 / tc.grad_accum, autocast=autocast
-                )
-            else:
-                sync = micro == tc.grad_accum - 1
-                with contextlib.nullcontext() if sync else accelerator.no_sync(objective):
-                    with autocast():
-                        terms = objective(*inputs)
-                    accelerator.backward(terms["objective"] / tc.grad_accum)
-            for key, value in terms.items():
-                if key != "objective":
-                    sums[key] = sums.get(key, 0) + value.detach().float() / tc.grad_accum
-        grad_norm = accelerator.clip_grad_norm_(params, tc.max_grad_norm) if tc.max_grad_norm > 0 else None
-        lr = scheduler.get_last_lr()[0]
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-
-        record = _record(step, accelerator.reduce(_flatten(sums), reduction="mean"), lr, grad_norm, t_step)
-        record["rows"] = dict(sources.most_common())  # which files the step's (global) batches came from
-        last_loss = record["loss"]
-        if main:
-            metrics.append(record)
-        bar.set_postfix(loss=f"{last_loss:.4f}", lr=f"{lr:.2e}")
-        bar.update(1)
-        if step == tc.max_steps or (tc.save_every and step % tc.save_every == 0):
-            _checkpoint(accelerator, gather_object, out, step, model, optimizer, scheduler, tc.keep_checkpoints)
-    bar.close()
-
-    model = accelerator.unwrap_model(objective).model.eval()
-    accelerator.wait_for_everyone()
-    if main:
-        _finish(out, cfg, model, tokenizer, metrics, contrastive, world, time.perf_counter() - t_start)
-    accelerator.wait_for_everyone()
-    if world > 1:
-        accelerator.end_training()  # tears down the process group (gloo aborts at exit otherwise)
-    return TrainResult(out, model, tokenizer, tc.max_steps, last_loss, time.perf_counter() - t_start)
+        else:
+            sync = micro == tc.grad_accum - 1
+            with contextlib.nullcontext() if sync else accelerator.no_sync(run.objective):
+                with run.autocast():
+                    terms = run.objective(*inputs)
+                accelerator.backward(terms["objective"] / tc.grad_accum)
+        for key, value in terms.items():
+            if key != "objective":
+                sums[key] = sums.get(key, 0) + value.detach().float() / tc.grad_accum
+    grad_norm = accelerator.clip_grad_norm_(run.params, tc.max_grad_norm) if tc.max_grad_norm > 0 else None
+    lr = run.scheduler.get_last_lr()[0]
+    run.optimizer.step()
+    run.scheduler.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    record = _record(step, accelerator.reduce(_flatten(sums), reduction="mean"), lr, grad_norm, t_step)
+    record["rows"] = dict(sources.most_common())  # which files the step's (global) batches came from
+    return record
 
 
 def _with_overrides(config: RunConfig, overrides: list[str] | tuple[str, ...]) -> RunConfig:
@@ -393,17 +445,19 @@ def _record(step: int, values: torch.Tensor, lr: float, grad_norm: Any, t_step: 
     return record
 
 
-def _checkpoint(accelerator, gather_object, out, step, model, optimizer, scheduler, keep) -> None:
+def _checkpoint(run: _Run, step: int) -> None:
+    from accelerate.utils import gather_object
+
     rng = gather_object([capture_rng()])  # every process's RNG state, so dropout continues identically
-    if accelerator.is_main_process:
+    if run.accelerator.is_main_process:
         state = {
-            "weights": trainable_state(model),
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(),
+            "weights": trainable_state(run.model),
+            "optimizer": run.optimizer.state_dict(),
+            "scheduler": run.scheduler.state_dict(),
             "rng": rng,
         }
-        save_checkpoint(out / "checkpoints", step, state, keep=keep)
-    accelerator.wait_for_everyone()
+        save_checkpoint(run.out / "checkpoints", step, state, keep=run.cfg.train.keep_checkpoints)
+    run.accelerator.wait_for_everyone()
 
 
 def _finish(
