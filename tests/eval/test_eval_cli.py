@@ -92,3 +92,26 @@ def test_a_malformed_task_fails_before_the_model_loads(toy_tasks, tmp_path):
     result = runner.invoke(app, ["eval", str(toy_tasks), "--model", str(tmp_path / "missing-model")])
     assert result.exit_code == 2
     assert "pairs.jsonl:2: missing field 'score'" in result.output
+
+
+def test_a_saved_model_is_evaluated_with_its_own_method_and_steps(tiny, toy_tasks, tmp_path):
+    from genembed.model import GenerativeEmbedder
+
+    saved = tmp_path / "saved"
+    GenerativeEmbedder(tiny, method="gircse", steps=3).save(saved)
+    args = ["eval", str(toy_tasks / "toy-sts"), "--model", str(saved), "--no-cache"]
+    result = runner.invoke(app, [*args, "--out", str(tmp_path / "own.json")])
+    assert result.exit_code == 0, result.output
+    config = json.loads((tmp_path / "own.json").read_text())["config"]
+    assert (config["method"], config["steps"]) == ("gircse", [3])
+    saved_mean = tmp_path / "saved-mean"
+    GenerativeEmbedder(tiny, method="mean", attention="bidirectional").save(saved_mean)
+    args = ["eval", str(toy_tasks / "toy-sts"), "--model", str(saved_mean), "--no-cache"]
+    result = runner.invoke(app, [*args, "--out", str(tmp_path / "mean.json")])
+    assert result.exit_code == 0, result.output
+    config = json.loads((tmp_path / "mean.json").read_text())["config"]
+    assert (config["method"], config["attention"], config["steps"]) == ("mean", "bidirectional", None)
+    # an explicit --method still wins
+    result = runner.invoke(app, [*args, "--method", "last", "--out", str(tmp_path / "last.json")])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "last.json").read_text())["config"]["method"] == "last"

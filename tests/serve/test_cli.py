@@ -45,10 +45,12 @@ def _free_port() -> int:
 
 
 @pytest.mark.integration
-def test_serve_subprocess_answers_and_stops_on_sigterm(tmp_path, tiny, tiny_model):
-    folder = tmp_path / "tiny-model"
-    tiny.model.save_pretrained(folder)
-    tiny.tokenizer.save_pretrained(folder)
+def test_serve_subprocess_answers_and_stops_on_sigterm(tmp_path, tiny):
+    from genembed.model import GenerativeEmbedder
+
+    # a model saved with its settings (model.save) is served with its own K unless --steps says otherwise
+    tiny_model = GenerativeEmbedder(tiny, steps=3)
+    folder = tiny_model.save(tmp_path / "tiny-model")
     port = _free_port()
     script = Path(sys.executable).with_name("genembed")
     command = [str(script)] if script.exists() else [sys.executable, "-c", "from genembed.cli.app import main; main()"]
@@ -75,12 +77,13 @@ def test_serve_subprocess_answers_and_stops_on_sigterm(tmp_path, tiny, tiny_mode
         body = httpx.post(url + "/v1/embeddings", json={"input": texts}, headers=headers, timeout=60).json()
         got = np.array([d["embedding"] for d in body["data"]])
         np.testing.assert_allclose(got, tiny_model.encode(texts), atol=1e-5)
-        assert body["model"] == "tiny-model"
+        assert body["model"] == "tiny-llama-0"  # a saved model keeps its backbone's name
         too_many = httpx.post(url + "/v1/embeddings", json={"input": ["a", "b", "c"]}, headers=headers)
         assert too_many.status_code == 413
         assert httpx.post(url + "/v1/embeddings", json={"input": "a"}).status_code == 401
         info = httpx.get(url + "/info", headers=headers).json()
         assert info["device"] == "cpu" and info["instructions"]["query"] == "Given a question, find its answer."
+        assert (info["method"], info["default_steps"]) == ("gircse", 3)
         query = httpx.post(url + "/v1/embeddings", json={"input": texts, "input_type": "search_query"}, headers=headers)
         expected = tiny_model.encode(texts, instruction="Given a question, find its answer.")
         np.testing.assert_allclose(np.array([d["embedding"] for d in query.json()["data"]]), expected, atol=1e-5)
@@ -90,7 +93,7 @@ def test_serve_subprocess_answers_and_stops_on_sigterm(tmp_path, tiny, tiny_mode
         # uvicorn shuts down gracefully, then re-raises the signal so the exit status reports it
         assert proc.wait(timeout=60) in (0, -signal.SIGTERM)
         output = log.read_text()
-        assert f"serving tiny-model on http://127.0.0.1:{port}" in output
+        assert f"serving tiny-llama-0 on http://127.0.0.1:{port}" in output
         assert "Shutting down" in output and "Finished server process" in output
     finally:
         if proc.poll() is None:

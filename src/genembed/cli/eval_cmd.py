@@ -16,7 +16,9 @@ def eval_tasks(
     ],
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
-    method: Annotated[str, typer.Option("--method", help="gircse, mean, last or grit")] = "gircse",
+    method: Annotated[
+        str | None, typer.Option("--method", help="gircse, mean, last or grit (default: the model's own)")
+    ] = None,
     steps: Annotated[
         str | None, typer.Option("--steps", "-k", help="GIRCSE soft tokens K; a list like 1,3,5,10,20 is a sweep")
     ] = None,
@@ -50,12 +52,15 @@ def eval_tasks(
         _fail(str(exc))
     loaded = load_model(model, adapter, dtype, center, device)
     try:
+        # without --method, a model is evaluated with its own settings (model.save records them)
+        own = method is None
+        own_steps = loaded.steps if isinstance(loaded.steps, int) and loaded.method == "gircse" else None
         encoder = GenembedEncoder(
             loaded,
-            method=method,
-            steps=steps,
-            attention=attention,
-            prompt_format=prompt_format,
+            method=loaded.method if own else method,
+            steps=own_steps if own and steps is None else steps,
+            attention=loaded.attention if own and attention is None else attention,
+            prompt_format=loaded.prompt_format if own and prompt_format is None else prompt_format,
             max_length=max_length,
             batch_size=batch_size,
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -34,8 +35,13 @@ def serve(
         ),
     ] = None,
     model_id: Annotated[str | None, typer.Option("--model-id", help="model name in responses")] = None,
-    method: Annotated[str, typer.Option("--method", help="embedding method: gircse, mean, last or grit")] = "gircse",
-    steps: Annotated[int, typer.Option("--steps", "-k", min=1, help="default GIRCSE soft tokens K")] = 5,
+    method: Annotated[
+        str | None,
+        typer.Option("--method", help="embedding method: gircse, mean, last or grit (default: the model's own)"),
+    ] = None,
+    steps: Annotated[
+        int | None, typer.Option("--steps", "-k", min=1, help="default GIRCSE soft tokens K (default: the model's own)")
+    ] = None,
     max_steps: Annotated[
         int, typer.Option(min=1, help="highest steps a request may ask for", rich_help_panel=_LIMITS)
     ] = 20,
@@ -101,8 +107,8 @@ def serve(
         settings = ServeSettings(
             model_id=model_id,
             api_key=api_key,
-            method=method,
-            default_steps=steps,
+            method=method or "gircse",  # checked here; a saved model's own method replaces it once loaded
+            default_steps=steps or 5,
             max_steps=max_steps,
             max_inputs=max_inputs,
             max_input_tokens=max_input_tokens,
@@ -132,6 +138,11 @@ def serve(
 
         torch.set_num_threads(threads)
     loaded = load_model(model, adapter, dtype, center, device)
+    try:  # a model saved with its settings (model.save) serves its own method and K unless told otherwise
+        settings = replace(settings, method=method or loaded.method, default_steps=steps or loaded.steps)
+    except ValueError as exc:
+        typer.secho(f"error: {exc}", fg="red", err=True)
+        raise typer.Exit(2) from exc
     if generation_adapter is not None:
         loaded.generation_adapter = generation_adapter
     try:
