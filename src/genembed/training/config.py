@@ -53,6 +53,8 @@ class DataFile:
     symmetric: bool = False  # documents get the row's instruction too (pairs of the same kind, e.g. STS)
     # labels read "axis:class" (e.g. sentiment:positive, domain:movie): batch each axis's rows apart
     batch_by_axis: bool = False
+    # leave out the rows with these instructions (e.g. wordings held back to test how instructions transfer)
+    skip_instructions: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -184,3 +184,19 @@ def test_batch_by_axis_names_a_row_without_an_axis_label(tmp_path):
     )
     with pytest.raises(DataError, match=r"bad\.jsonl: row 2: batch_by_axis needs a label 'axis:class', got 'pos'"):
         ContrastiveStream([FileSpec(str(path), batch_by_axis=True)], batch_size=2, hard_negatives=0, seed=0)
+
+
+def test_skip_instructions_holds_rows_back_and_names_an_unknown_wording(tmp_path):
+    from genembed.training.data import DataError
+
+    path = _axis_file(tmp_path)
+    stream = ContrastiveStream(
+        [FileSpec(str(path), batch_by_axis=True, skip_instructions=("Domain?",))],
+        batch_size=4,
+        hard_negatives=1,
+        seed=0,
+    )
+    assert [(f.name, len(r)) for f, r in zip(stream.files, stream.rows, strict=True)] == [("axes.jsonl[sentiment]", 12)]
+    assert all(row.instruction == "Sentiment?" for row in stream.rows[0])
+    with pytest.raises(DataError, match=r"axes\.jsonl: skip_instructions: no row has the instruction 'Domian\?'"):
+        ContrastiveStream([FileSpec(str(path), skip_instructions=("Domian?",))], batch_size=4, hard_negatives=1, seed=0)

@@ -40,6 +40,7 @@ class FileSpec:
     symmetric: bool = False
     batch_by_axis: bool = False
     axis: str | None = None
+    skip_instructions: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -61,13 +62,23 @@ def expand_files(files: Sequence[Any]) -> list[FileSpec]:
         if not matches:
             raise DataError(path, None, "pattern matches no file")
         by_axis = getattr(item, "batch_by_axis", False)
-        specs += [FileSpec(m, item.weight, getattr(item, "symmetric", False), by_axis) for m in matches]
+        skip = tuple(getattr(item, "skip_instructions", ()))
+        specs += [
+            FileSpec(m, item.weight, getattr(item, "symmetric", False), by_axis, skip_instructions=skip)
+            for m in matches
+        ]
     return specs
 
 
 def _sources(spec: FileSpec) -> list[tuple[FileSpec, list[ContrastiveRow]]]:
     """A file's rows as one source, or one source per label axis (weights shared by row count)."""
     rows = read_contrastive(spec.path)
+    if spec.skip_instructions:
+        found = {row.instruction for row in rows}
+        missing = [text for text in spec.skip_instructions if text not in found]
+        if missing:
+            raise DataError(spec.path, None, f"skip_instructions: no row has the instruction {missing[0]!r}")
+        rows = [row for row in rows if row.instruction not in spec.skip_instructions]
     if not spec.batch_by_axis:
         return [(spec, rows)]
     parts: dict[str, list[ContrastiveRow]] = {}
