@@ -324,7 +324,7 @@ def _check_output(out: Path, cfg: RunConfig, resume: bool) -> Path | None:
                 f"cannot resume {out}: {saved} is damaged ({exc}). Delete it and rerun with --resume: the "
                 "check that the config is unchanged is then skipped and the file written again"
             ) from exc
-        changed = _changed_keys(previous, config_to_dict(cfg))
+        changed = _changed_keys(_with_defaults(previous), config_to_dict(cfg))
         changed -= _RESUME_FREE
         if changed:
             free = ", ".join(sorted(key.removeprefix("train.") for key in _RESUME_FREE))
@@ -338,6 +338,16 @@ def _check_output(out: Path, cfg: RunConfig, resume: bool) -> Path | None:
             "choose another train.output_dir, or set train.overwrite=true"
         )
     return checkpoint
+
+
+def _with_defaults(saved: Any) -> Any:
+    """A saved config with the defaults of keys added since it was written (so those do not count as changes)."""
+    from .config import config_from_dict
+
+    try:
+        return config_to_dict(config_from_dict(saved))
+    except (ConfigError, TypeError):  # not a config this version reads: compare it as it is
+        return saved
 
 
 def _prepare_output(out: Path, cfg: RunConfig, resume: bool, checkpoint: Path | None) -> None:
