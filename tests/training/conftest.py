@@ -40,3 +40,34 @@ def tiny_run_config(output_dir: Path, model: str | Path | None, **sections):
     for section, values in sections.items():
         raw.setdefault(section, {}).update(values)
     return config_from_dict(raw)
+
+
+@pytest.fixture(scope="session")
+def tiny_teacher(tmp_path_factory) -> Path:
+    """A sentence-transformers folder holding a random 2-layer BERT (hidden 32) with a character vocabulary:
+    a stand-in for all-MiniLM-L6-v2 as a distillation teacher, built offline in about a second."""
+    import string
+
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from transformers import BertConfig, BertModel, BertTokenizer
+
+    root = tmp_path_factory.mktemp("tiny-teacher")
+    chars = string.ascii_lowercase + string.digits + string.punctuation
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *chars, *(f"##{c}" for c in chars)]
+    (root / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+    )
+    BertModel(config).save_pretrained(root / "hf")
+    BertTokenizer(str(root / "vocab.txt")).save_pretrained(root / "hf")
+    model = SentenceTransformer(str(root / "hf"), device="cpu", local_files_only=True)  # mean pooling added
+    model.max_seq_length = 128
+    model.save(str(root / "st"))
+    return root / "st"

@@ -12,7 +12,7 @@ from genembed.training.data.generative import GenerativeRow
 from genembed.training.forward import EmbedSettings, embed_batch, tokenize_texts
 from genembed.training.grad_cache import grad_cache_step, split_batch
 from genembed.training.lora import make_trainable
-from genembed.training.losses import ICRLoss, InfoNCE, NextTokenLoss
+from genembed.training.losses import ICRLoss, InfoNCE, NextTokenLoss, SimilarityDistillation
 from genembed.training.objective import Objective
 
 ROWS = [
@@ -62,7 +62,8 @@ def test_split_batch_trims_padding_and_embeds_each_row_as_the_whole_batch_does(t
     [("gircse", ICRLoss(0.05, 1.0), "chat"), ("grit", InfoNCE(0.05), "plain")],
 )
 @pytest.mark.parametrize("chunk", [1, 3])
-def test_grad_cache_gives_the_whole_batch_loss_and_gradients(tiny, method, loss, fmt, chunk):
+@pytest.mark.parametrize("distill", [False, True])
+def test_grad_cache_gives_the_whole_batch_loss_and_gradients(tiny, method, loss, fmt, chunk, distill):
     model = _active_lora(tiny)
     settings = EmbedSettings(method=method, steps=3)
     q, d, labels = _batch(tiny.tokenizer, fmt)
@@ -70,18 +71,36 @@ def test_grad_cache_gives_the_whole_batch_loss_and_gradients(tiny, method, loss,
     if method == "grit":  # the joint loss rides along on its own batch
         rows = [GenerativeRow((("user", "Say hello."), ("assistant", "Hello! How can I help you today?")))]
         gen = collate_generative([tokenize_chat(tiny.tokenizer, r, 64) for r in rows], tiny.tokenizer.pad_token_id)
-    objective = Objective(model, settings, loss, NextTokenLoss("mixed") if gen is not None else None, 0.5)
+    objective = Objective(
+        model,
+        settings,
+        loss,
+        NextTokenLoss("mixed") if gen is not None else None,
+        0.5,
+        distill=SimilarityDistillation(0.05, 0.1) if distill else None,
+        distill_weight=2.0,
+    )
+    mask, teacher = None, {}
+    if distill:  # teacher scores over the 5 queries x 9 documents, a masked pair and an undistilled row
+        mask = torch.zeros(5, 9, dtype=torch.bool)
+        mask[0, 3] = True
+        scores = torch.rand(5, 9, generator=torch.Generator().manual_seed(0))
+        teacher = {"teacher_scores": scores, "distill_rows": torch.tensor([True, True, False, True, True])}
 
     model.zero_grad(set_to_none=True)
-    plain = objective(q, d, labels, None, gen)
+    plain = objective(q, d, labels, mask, gen, **teacher)
     plain["objective"].backward()
     reference = _grads(model)
 
     model.zero_grad(set_to_none=True)
-    cached = grad_cache_step(objective, q, d, labels, None, gen, chunk=chunk, scale=0.5)
+    cached = grad_cache_step(objective, q, d, labels, mask, gen, chunk=chunk, scale=0.5, **teacher)
     got = _grads(model)
 
     assert cached["loss"].item() == pytest.approx(plain["loss"].item(), rel=1e-5)
+    assert cached["distill"].item() == pytest.approx(plain["distill"].item(), rel=1e-5)
+    assert (plain["distill"].item() > 0) == distill
+    expected = plain["rep"] + 2.0 * plain["distill"] + 0.5 * plain["gen"]
+    assert plain["loss"].item() == pytest.approx(expected.item(), rel=1e-6)
     torch.testing.assert_close(cached["step_losses"], plain["step_losses"].detach(), rtol=1e-5, atol=1e-6)
     assert set(got) == set(reference) and len(got) > 10
     for name, grad in got.items():

@@ -165,6 +165,21 @@ def test_resume_refuses_a_changed_config(tmp_path, tiny_folder, run_config):
     assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 4
 
 
+def test_resume_accepts_a_run_saved_before_keys_were_added(tmp_path, tiny_folder, run_config):
+    train(run_config(tmp_path / "run", tiny_folder, train={"max_steps": 2, "save_every": 1}))
+    saved = tmp_path / "run" / "genembed_train.yaml"
+    raw = yaml.safe_load(saved.read_text())
+    for key in ("distill_weight", "distill_teacher", "distill_temperature"):  # what an older genembed wrote
+        del raw["loss"][key]
+    for item in raw["data"]["files"]:
+        del item["distill"]
+    saved.write_text(yaml.safe_dump(raw))
+    changed = run_config(tmp_path / "run", tiny_folder, train={"max_steps": 3}, loss={"distill_weight": 1.0})
+    with pytest.raises(ConfigError, match=r"differs from the saved run in \['loss\.distill_weight'\]"):
+        train(changed, resume=True)
+    assert train(run_config(tmp_path / "run", tiny_folder, train={"max_steps": 3}), resume=True).steps == 3
+
+
 def test_bad_data_fails_before_the_model_loads(tmp_path, assets, run_config):
     bad = tmp_path / "bad.jsonl"
     bad.write_text((assets / "similar.jsonl").read_text().splitlines()[0] + '\n{"query": "q", "pos": []}\n')

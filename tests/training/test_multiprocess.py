@@ -23,12 +23,12 @@ def test_gather_without_a_process_group_is_the_identity():
     assert gather_with_grad(x) is x
 
 
-def _write_config(path: Path, model: Path, assets: Path, out: Path, batch_size: int) -> Path:
+def _write_config(path: Path, model: Path, assets: Path, out: Path, batch_size: int, loss: dict) -> Path:
     config = {
         "model": {"name": str(model)},
         "lora": {"r": 4, "alpha": 8, "dropout": 0.0},
         "embedding": {"steps": 2, "query_max_length": 48, "doc_max_length": 48},
-        "loss": {"temperature": 0.05, "cross_device_negatives": True},
+        "loss": {"temperature": 0.05, "cross_device_negatives": True, **loss},
         "data": {"files": [str(assets / "similar.jsonl")], "batch_size": batch_size, "hard_negatives": 1},
         "train": {"output_dir": str(out), "max_steps": 3, "lr": 5e-3, "seed": 0, "save_every": 0, "progress": False},
     }
@@ -53,10 +53,15 @@ def _read(path):
 
 
 @pytest.mark.integration
-def test_two_processes_train_identical_weights_equal_to_one_process_on_the_global_batch(tmp_path, tiny_folder, assets):
+@pytest.mark.parametrize("distill", [False, True])
+def test_two_processes_train_identical_weights_equal_to_one_process_on_the_global_batch(
+    tmp_path, tiny_folder, assets, tiny_teacher, distill
+):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    two = _write_config(tmp_path / "two.yaml", tiny_folder, assets, tmp_path / "two", batch_size=3)
-    one = _write_config(tmp_path / "one.yaml", tiny_folder, assets, tmp_path / "one", batch_size=6)
+    # with distillation, every process scores the global batch with the teacher (the KL uses gathered embeddings)
+    loss = {"distill_weight": 2.0, "distill_teacher": str(tiny_teacher)} if distill else {}
+    two = _write_config(tmp_path / "two.yaml", tiny_folder, assets, tmp_path / "two", batch_size=3, loss=loss)
+    one = _write_config(tmp_path / "one.yaml", tiny_folder, assets, tmp_path / "one", batch_size=6, loss=loss)
     launch = [str(ACCELERATE), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
     launch += ["--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port())]
     done = subprocess.run([*launch, str(WORKER), str(two)], env=env, capture_output=True, text=True, timeout=180)
@@ -82,6 +87,7 @@ def test_two_processes_train_identical_weights_equal_to_one_process_on_the_globa
     assert len(two_metrics) == 3
     for a, b in zip(two_metrics, one_metrics, strict=True):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+        assert a["distill"] == pytest.approx(b["distill"], rel=1e-5) and (a["distill"] > 0) == distill
         assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
     assert differing / total < 0.01, (differing, total)
     assert (tmp_path / "two" / "adapter_model.safetensors").is_file()

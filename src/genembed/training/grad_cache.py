@@ -55,6 +55,8 @@ def grad_cache_step(
     chunk: int,
     scale: float = 1.0,
     autocast: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+    teacher_scores: torch.Tensor | None = None,
+    distill_rows: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
     """Backpropagate one micro-batch's loss (times ``scale``) with cached embedding gradients.
 
@@ -66,6 +68,8 @@ def grad_cache_step(
         chunk: texts embedded at once.
         scale: factor on the gradient (``1 / grad_accum``).
         autocast: a context factory for the forward passes (e.g. bf16 autocast).
+        teacher_scores, distill_rows: the distillation inputs when the objective distills (see
+            :meth:`Objective.forward`); the KL term is part of the cached-gradient loss.
 
     Returns:
         The same terms as :meth:`Objective.forward` (detached), without ``objective``.
@@ -82,8 +86,8 @@ def grad_cache_step(
     after = _rng_state()
     q = torch.cat(cached[: len(q_parts)]).requires_grad_()  # (B, K, D)
     d = torch.cat(cached[len(q_parts) :]).requires_grad_()  # (N, K, D)
-    rep, steps, reg = objective.representation_terms(q, d, labels, mask)
-    (rep * scale).backward()
+    terms = objective.representation_terms(q, d, labels, mask, teacher_scores, distill_rows)
+    (terms.total * scale).backward()
     grads = [*q.grad.split([len(p.input_ids) for p in q_parts]), *d.grad.split([len(p.input_ids) for p in d_parts])]
     for part, state, grad in zip(parts, states, grads, strict=True):
         _set_rng_state(state)
@@ -96,9 +100,9 @@ def grad_cache_step(
     if gen is not None:
         (objective.gen_weight * gen * scale).backward()
     else:
-        gen = rep.new_zeros(())
-    detached = {"rep": rep.detach(), "step_losses": steps.detach(), "reg": reg.detach(), "gen": gen.detach()}
-    return {"loss": detached["rep"] + objective.gen_weight * detached["gen"], **detached}
+        gen = terms.total.new_zeros(())
+    logged = {key: value.detach() for key, value in terms.logged().items()}
+    return {"loss": (terms.total + objective.gen_weight * gen).detach(), **logged, "gen": gen.detach()}
 
 
 def _rng_state() -> tuple[torch.Tensor, list[torch.Tensor] | None]:

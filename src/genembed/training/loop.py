@@ -37,9 +37,10 @@ from .data.streams import ContrastiveStream, GenerativeStream, expand_files
 from .forward import EmbedSettings, tokenize_texts
 from .grad_cache import grad_cache_step
 from .lora import load_trainable_state, make_trainable, save_trained, trainable_state
-from .losses import ICRLoss, InfoNCE, NextTokenLoss
+from .losses import ICRLoss, InfoNCE, NextTokenLoss, SimilarityDistillation
 from .metrics import MetricsLog, plot_metrics
 from .objective import Objective
+from .teacher import Teacher
 
 __all__ = ["TrainResult", "train"]
 
@@ -141,6 +142,7 @@ class _Run:
     generative: GenerativeStream | None
     metrics: MetricsLog
     prompt_format: str
+    teacher: Teacher | None  # scores each batch for similarity distillation (loss.distill_weight > 0)
 
     @property
     def rank(self) -> int:
@@ -185,6 +187,8 @@ def _build(cfg: RunConfig, resume: bool) -> tuple[_Run, dict[str, Any] | None]:
     # data first: a bad file fails in seconds, before a model is loaded
     contrastive = ContrastiveStream.from_config(cfg, world)
     init_from = _init_adapter(cfg.lora.init_from)  # a missing adapter fails before the model loads too
+    # the teacher too (it is small); every process scores the batch whose targets it holds
+    teacher = Teacher.load(cfg.loss.distill_teacher, accelerator.device) if cfg.loss.distill_weight > 0 else None
     set_seed(tc.seed)
     backbone = _load_backbone(cfg)
     generative = None
@@ -213,7 +217,7 @@ def _build(cfg: RunConfig, resume: bool) -> tuple[_Run, dict[str, Any] | None]:
     prompt_format = cfg.embedding.prompt_format or ("chat" if cfg.embedding.method == "gircse" else "plain")
     run = _Run(
         cfg, accelerator, out, checkpoint, backbone.tokenizer, model, objective, optimizer, scheduler, params,
-        contrastive, generative, MetricsLog(out / "metrics.jsonl"), prompt_format,
+        contrastive, generative, MetricsLog(out / "metrics.jsonl"), prompt_format, teacher,
     )  # fmt: skip
     return run, saved
 
@@ -263,15 +267,22 @@ def _train_step(run: _Run, step: int) -> dict[str, Any]:
             None if mask is None else mask.to(device),
             None if gen_batch is None else _to(gen_batch, device),
         )
+        # the teacher scores the queries and documents the labels index: the global batch's when gathered
+        teacher = run.teacher.batch_inputs(targets, device) if run.teacher is not None else {}
         if tc.grad_cache_chunk:  # single process (checked in _build)
             terms = grad_cache_step(
-                run.objective, *inputs, chunk=tc.grad_cache_chunk, scale=1 / tc.grad_accum, autocast=run.autocast
+                run.objective,
+                *inputs,
+                chunk=tc.grad_cache_chunk,
+                scale=1 / tc.grad_accum,
+                autocast=run.autocast,
+                **teacher,
             )
         else:
             sync = micro == tc.grad_accum - 1
             with contextlib.nullcontext() if sync else accelerator.no_sync(run.objective):
                 with run.autocast():
-                    terms = run.objective(*inputs)
+                    terms = run.objective(*inputs, **teacher)
                 accelerator.backward(terms["objective"] / tc.grad_accum)
         for key, value in terms.items():
             if key != "objective":
@@ -313,7 +324,7 @@ def _check_output(out: Path, cfg: RunConfig, resume: bool) -> Path | None:
                 f"cannot resume {out}: {saved} is damaged ({exc}). Delete it and rerun with --resume: the "
                 "check that the config is unchanged is then skipped and the file written again"
             ) from exc
-        changed = _changed_keys(previous, config_to_dict(cfg))
+        changed = _changed_keys(_with_defaults(previous), config_to_dict(cfg))
         changed -= _RESUME_FREE
         if changed:
             free = ", ".join(sorted(key.removeprefix("train.") for key in _RESUME_FREE))
@@ -327,6 +338,16 @@ def _check_output(out: Path, cfg: RunConfig, resume: bool) -> Path | None:
             "choose another train.output_dir, or set train.overwrite=true"
         )
     return checkpoint
+
+
+def _with_defaults(saved: Any) -> Any:
+    """A saved config with the defaults of keys added since it was written (so those do not count as changes)."""
+    from .config import config_from_dict
+
+    try:
+        return config_to_dict(config_from_dict(saved))
+    except (ConfigError, TypeError):  # not a config this version reads: compare it as it is
+        return saved
 
 
 def _prepare_output(out: Path, cfg: RunConfig, resume: bool, checkpoint: Path | None) -> None:
@@ -395,7 +416,10 @@ def _build_objective(cfg: RunConfig, model: Any, *, has_generative: bool) -> Obj
     else:
         rep = InfoNCE(loss.temperature)
     gen = NextTokenLoss(cfg.generative.aggregation) if has_generative else None
-    return Objective(model, settings, rep, gen, cfg.generative.weight, loss.cross_device_negatives)
+    distill = SimilarityDistillation(loss.temperature, loss.distill_temperature) if loss.distill_weight > 0 else None
+    return Objective(
+        model, settings, rep, gen, cfg.generative.weight, loss.cross_device_negatives, distill, loss.distill_weight
+    )
 
 
 def _schedule(kind: str, warmup: int, total: int) -> Any:
@@ -432,14 +456,16 @@ def _to(batch: Any, device: torch.device) -> Any:
 
 
 def _flatten(sums: dict[str, torch.Tensor]) -> torch.Tensor:
-    """One vector (loss, rep, reg, gen, L_1..L_K) so that a single all-reduce averages every metric."""
-    return torch.cat([torch.stack([sums["loss"], sums["rep"], sums["reg"], sums["gen"]]), sums["step_losses"]])
+    """One vector (loss, rep, reg, gen, distill, L_1..L_K) so that a single all-reduce averages every metric."""
+    head = [sums[key] for key in ("loss", "rep", "reg", "gen", "distill")]
+    return torch.cat([torch.stack(head), sums["step_losses"]])
 
 
 def _record(step: int, values: torch.Tensor, lr: float, grad_norm: Any, t_step: float) -> dict[str, Any]:
     vals = values.tolist()
     record: dict[str, Any] = {"step": step, "loss": vals[0], "rep": vals[1], "reg": vals[2], "gen": vals[3]}
-    record |= {f"L_{k + 1}": v for k, v in enumerate(vals[4:])}
+    record["distill"] = vals[4]
+    record |= {f"L_{k + 1}": v for k, v in enumerate(vals[5:])}
     record |= {"lr": lr, "grad_norm": None if grad_norm is None else float(grad_norm)}
     record["seconds"] = round(time.perf_counter() - t_step, 4)
     return record

@@ -54,7 +54,10 @@ class MetricsLog:
 
 
 def plot_metrics(records: list[dict[str, Any]], path: str | Path) -> Path | None:
-    """Plot loss terms, the stepwise losses L_1..L_K and the learning rate; None without matplotlib or data."""
+    """Plot loss terms (distillation KL included), the stepwise losses L_1..L_K and the learning rate.
+
+    Returns the path, or None without matplotlib or records.
+    """
     if not records:
         return None
     try:
@@ -68,11 +71,13 @@ def plot_metrics(records: list[dict[str, Any]], path: str | Path) -> Path | None
     step_keys = sorted((k for k in records[0] if k.startswith("L_")), key=lambda k: int(k[2:]))
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     has_gen = any(r.get("gen") for r in records)
-    for key, label in (("loss", "total"), ("rep", "representation"), ("gen", "generative"), ("reg", "regulariser")):
-        if key == "rep" and not has_gen:  # without a generative loss the total is the representation loss
+    has_distill = any(r.get("distill") for r in records)
+    terms = [("loss", "total"), ("rep", "representation"), ("gen", "generative"), ("reg", "regulariser")]
+    for key, label in [*terms, ("distill", "distillation KL")]:
+        if key == "rep" and not (has_gen or has_distill):  # then the total is the representation loss
             continue
         if any(r.get(key) for r in records):
-            values = [r[key] for r in records]
+            values = [r.get(key, 0.0) for r in records]
             line = axes[0].plot(steps, values, alpha=0.35, linewidth=1)[0]
             axes[0].plot(steps, _smooth(values), color=line.get_color(), label=f"{label} (smoothed)")
     axes[0].set_title("loss")

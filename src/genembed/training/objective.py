@@ -3,11 +3,14 @@
 Everything that touches the model happens inside :meth:`Objective.forward`, so data-parallel
 wrappers (DDP through accelerate) see one forward call per micro-batch.
 
-    loss = representation loss (ICR for gircse, InfoNCE for grit) + gen_weight * next-token loss
+    loss = representation loss (ICR for gircse, InfoNCE for grit)
+         + distill_weight * KL(teacher || student) over the in-batch documents (when distilling)
+         + gen_weight * next-token loss
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -17,9 +20,29 @@ from ..encoders.batching import Batch
 from .data.generative import GenerativeBatch
 from .distributed import gather_with_grad, rank_and_world
 from .forward import EmbedSettings, embed_batch, response_logits
-from .losses import ICRLoss, InfoNCE, NextTokenLoss
+from .losses import ICRLoss, InfoNCE, NextTokenLoss, SimilarityDistillation
 
-__all__ = ["Objective"]
+__all__ = ["Objective", "RepresentationTerms"]
+
+
+@dataclass
+class RepresentationTerms:
+    """The representation loss of one batch's embeddings.
+
+    ``total`` is what is backpropagated: ``rep + distill_weight * distill``. ``rep`` is the contrastive
+    loss (ICR or InfoNCE), ``step_losses`` ``(K,)`` its L_1..L_K, ``reg`` the ICR regulariser (before
+    lambda) and ``distill`` the KL to the teacher averaged over the trained steps (0 when not distilling).
+    """
+
+    total: torch.Tensor
+    rep: torch.Tensor
+    step_losses: torch.Tensor
+    reg: torch.Tensor
+    distill: torch.Tensor
+
+    def logged(self) -> dict[str, torch.Tensor]:
+        """The terms recorded in the metrics (``total`` is part of ``loss``)."""
+        return {"rep": self.rep, "step_losses": self.step_losses, "reg": self.reg, "distill": self.distill}
 
 
 class Objective(nn.Module):
@@ -32,6 +55,8 @@ class Objective(nn.Module):
         gen_loss: next-token loss on response tokens, or None.
         gen_weight: factor on the generative loss.
         cross_device_negatives: with several processes, score against every process's documents.
+        distill: the similarity-distillation loss, or None; it then needs teacher scores with every batch.
+        distill_weight: factor on the distillation loss.
     """
 
     def __init__(
@@ -42,6 +67,8 @@ class Objective(nn.Module):
         gen_loss: NextTokenLoss | None = None,
         gen_weight: float = 1.0,
         cross_device_negatives: bool = True,
+        distill: SimilarityDistillation | None = None,
+        distill_weight: float = 0.0,
     ):
         super().__init__()
         self.model = model
@@ -50,6 +77,8 @@ class Objective(nn.Module):
         self.gen_loss = gen_loss
         self.gen_weight = gen_weight
         self.cross_device_negatives = cross_device_negatives
+        self.distill = distill
+        self.distill_weight = distill_weight
 
     def forward(
         self,
@@ -58,6 +87,9 @@ class Objective(nn.Module):
         labels: torch.Tensor,
         mask: torch.Tensor | None = None,
         generative: GenerativeBatch | None = None,
+        *,
+        teacher_scores: torch.Tensor | None = None,
+        distill_rows: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
         """Loss terms of one micro-batch.
 
@@ -66,10 +98,12 @@ class Objective(nn.Module):
             labels, mask: targets over the documents: the global batch's when cross-device negatives
                 are on and several processes run, else this process's.
             generative: this process's generative batch, if any.
+            teacher_scores, distill_rows: when distilling, the teacher's similarities ``(B, N)`` and which
+                queries are distilled ``(B,)``, over the same queries and documents as ``labels``.
 
         Returns:
             ``objective`` (what to backpropagate), ``loss`` (its value as reported), ``rep``,
-            ``step_losses`` ``(K,)``, ``reg`` and ``gen``.
+            ``step_losses`` ``(K,)``, ``reg``, ``distill`` and ``gen``.
         """
         q = embed_batch(self.model, queries, self.settings)  # (B, K, D)
         d = embed_batch(self.model, documents, self.settings)  # (N, K, D)
@@ -77,27 +111,46 @@ class Objective(nn.Module):
         gathered = self.cross_device_negatives and world > 1
         if gathered:
             q, d = gather_with_grad(q), gather_with_grad(d)
-        rep, steps, reg = self.representation_terms(q, d, labels, mask)
+        terms = self.representation_terms(q, d, labels, mask, teacher_scores, distill_rows)
         # every process computes the same global loss; scaling by the world size turns DDP's gradient
         # average into the sum of the processes' local contributions, i.e. the global loss's gradient
-        objective = rep * world if gathered else rep
+        objective = terms.total * world if gathered else terms.total
         gen = self.generative_loss(generative)
         if gen is not None:
             objective = objective + self.gen_weight * gen
         else:
-            gen = rep.new_zeros(())
-        loss = rep + self.gen_weight * gen
-        return {"objective": objective, "loss": loss, "rep": rep, "step_losses": steps, "reg": reg, "gen": gen}
+            gen = terms.total.new_zeros(())
+        return {"objective": objective, "loss": terms.total + self.gen_weight * gen, **terms.logged(), "gen": gen}
 
     def representation_terms(
-        self, q: torch.Tensor, d: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(rep, step_losses (K,), reg)`` of query and document embeddings ``(B, K, D)``, ``(N, K, D)``."""
+        self,
+        q: torch.Tensor,
+        d: torch.Tensor,
+        labels: torch.Tensor,
+        mask: torch.Tensor | None,
+        teacher_scores: torch.Tensor | None = None,
+        distill_rows: torch.Tensor | None = None,
+    ) -> RepresentationTerms:
+        """The representation loss of query and document embeddings ``(B, K, D)``, ``(N, K, D)``.
+
+        When distilling, the KL term is computed at every step z_k and averaged, as the stepwise ICR
+        loss trains every step (only at z_K with ``final_step_only``; the single embedding for grit).
+        """
         if isinstance(self.rep_loss, ICRLoss):
-            terms = self.rep_loss.terms(q, d, labels, mask)
-            return terms.total, terms.step_losses, terms.reg
-        rep = self.rep_loss(q[:, -1], d[:, -1], labels, mask)
-        return rep, rep[None], rep.new_zeros(())
+            icr = self.rep_loss.terms(q, d, labels, mask)
+            rep, steps, reg = icr.total, icr.step_losses, icr.reg
+            trained = [q.shape[1] - 1] if self.rep_loss.final_step_only else range(q.shape[1])
+        else:
+            rep = self.rep_loss(q[:, -1], d[:, -1], labels, mask)
+            steps, reg, trained = rep[None], rep.new_zeros(()), [q.shape[1] - 1]
+        if self.distill is None:
+            return RepresentationTerms(rep, rep, steps, reg, rep.new_zeros(()))
+        if teacher_scores is None:
+            raise ValueError("this objective distills from a teacher: pass teacher_scores with every batch")
+        distill = torch.stack(
+            [self.distill(q[:, k], d[:, k], teacher_scores, mask, distill_rows) for k in trained]
+        ).mean()
+        return RepresentationTerms(rep + self.distill_weight * distill, rep, steps, reg, distill)
 
     def generative_loss(self, generative: GenerativeBatch | None) -> torch.Tensor | None:
         """The next-token loss of a generative batch, or None without a generative loss or batch."""

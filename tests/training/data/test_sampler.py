@@ -200,3 +200,27 @@ def test_skip_instructions_holds_rows_back_and_names_an_unknown_wording(tmp_path
     assert all(row.instruction == "Sentiment?" for row in stream.rows[0])
     with pytest.raises(DataError, match=r"axes\.jsonl: skip_instructions: no row has the instruction 'Domian\?'"):
         ContrastiveStream([FileSpec(str(path), skip_instructions=("Domian?",))], batch_size=4, hard_negatives=1, seed=0)
+
+
+def test_distill_flag_follows_each_rows_file_through_top_ups_and_shards(tmp_path):
+    from genembed.training.config import DataFile
+    from genembed.training.data import expand_files
+
+    small, big = tmp_path / "small.jsonl", tmp_path / "big.jsonl"
+    small.write_text("".join(f'{{"query": "s{i}", "pos": ["sp{i}"]}}\n' for i in range(3)))
+    big.write_text("".join(f'{{"query": "b{i}", "pos": ["bp{i}"]}}\n' for i in range(40)))
+    specs = expand_files([DataFile(str(small), weight=100.0, distill=False), DataFile(str(big), weight=1.0)])
+    assert [s.distill for s in specs] == [False, True]
+    stream = ContrastiveStream(specs, batch_size=6, hard_negatives=0, seed=0)
+    mixed = 0
+    for _ in range(10):
+        batch = stream.next()
+        assert batch.distilled == [q.startswith("b") for q in batch.queries]
+        assert batch.distill_tensor().tolist() == batch.distilled
+        mixed += len(set(batch.distilled)) == 2  # the small file topped up from the big one
+        shards = [batch.shard(rank, 2) for rank in (0, 1)]
+        assert [flag for shard in shards for flag in shard.distilled] == batch.distilled
+    assert mixed > 0
+    # a batch built without flags distills every row
+    rows = [ContrastiveRow("q", ("p",), (), ""), ContrastiveRow("r", ("s",), (), "")]
+    assert build_contrastive_batch(rows, hard_negatives=0, rng=np.random.default_rng(0)).distill_tensor().all()

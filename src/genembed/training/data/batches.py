@@ -33,6 +33,7 @@ class ContrastiveBatch:
     labels: list[int]  # index of each query's positive document
     groups: list[tuple[int, int]]  # each query's [start, end) span of documents
     masked: list[tuple[int, int]]  # (query, document) pairs that are not negatives
+    distilled: list[bool] | None = None  # per query, whether a teacher's similarities apply (None = all)
 
     def label_tensor(self) -> torch.Tensor:
         return torch.tensor(self.labels, dtype=torch.long)
@@ -45,6 +46,12 @@ class ContrastiveBatch:
         for q, d in self.masked:
             mask[q, d] = True
         return mask
+
+    def distill_tensor(self) -> torch.Tensor:
+        """Boolean ``(B,)``, True for the queries whose rows are distilled from a teacher."""
+        if self.distilled is None:
+            return torch.ones(len(self.queries), dtype=torch.bool)
+        return torch.tensor(self.distilled, dtype=torch.bool)
 
     def shard(self, rank: int, world: int) -> ContrastiveBatch:
         """This process's contiguous slice of the queries with their documents (indices made local).
@@ -65,6 +72,7 @@ class ContrastiveBatch:
             labels=[label - d0 for label in self.labels[q0:q1]],
             groups=[(a - d0, b - d0) for a, b in self.groups[q0:q1]],
             masked=[(q - q0, d - d0) for q, d in self.masked if q0 <= q < q1 and d0 <= d < d1],
+            distilled=None if self.distilled is None else self.distilled[q0:q1],
         )
 
 
@@ -75,6 +83,7 @@ def build_contrastive_batch(
     rng: np.random.Generator,
     doc_instruction: str = "",
     symmetric: Sequence[bool] | None = None,
+    distill: Sequence[bool] | None = None,
 ) -> ContrastiveBatch:
     """Choose each row's positive and hard negatives and lay the batch out.
 
@@ -84,6 +93,7 @@ def build_contrastive_batch(
         rng: source of the random choices (seed it per batch for reproducible runs).
         doc_instruction: instruction on documents.
         symmetric: per row, documents get the row's own instruction instead of ``doc_instruction``.
+        distill: per row, whether a teacher's similarities apply to it (None = every row).
     """
     queries, q_inst, docs, d_inst, labels, groups = [], [], [], [], [], []
     for i, row in enumerate(rows):
@@ -109,4 +119,5 @@ def build_contrastive_batch(
             same_class = other.label == row.label
             skip.update(d for d in range(start, end) if (d == start) == same_class)
         masked += [(qi, d) for d in sorted(skip)]
-    return ContrastiveBatch(queries, q_inst, docs, d_inst, labels, groups, masked)
+    distilled = None if distill is None else [bool(flag) for flag in distill]
+    return ContrastiveBatch(queries, q_inst, docs, d_inst, labels, groups, masked, distilled)

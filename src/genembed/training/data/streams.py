@@ -29,6 +29,8 @@ _GLOB_CHARS = set("*?[")
 class FileSpec:
     """A concrete file of a mixture with its sampling weight (None = its row count) and symmetry.
 
+    ``distill``: a teacher's similarities apply to the file's rows (when the run distills).
+
     ``batch_by_axis``: the rows' labels read ``axis:class`` (e.g. ``sentiment:positive``,
     ``domain:movie``); each axis becomes a source of its own, so a batch holds one axis (one family of
     instructions) and its in-batch negatives differ from the query on that axis. ``axis`` names the
@@ -41,6 +43,7 @@ class FileSpec:
     batch_by_axis: bool = False
     axis: str | None = None
     skip_instructions: tuple[str, ...] = ()
+    distill: bool = True
 
     @property
     def name(self) -> str:
@@ -61,12 +64,13 @@ def expand_files(files: Sequence[Any]) -> list[FileSpec]:
         matches = sorted(glob.glob(path)) if _GLOB_CHARS & set(path) else [path]
         if not matches:
             raise DataError(path, None, "pattern matches no file")
-        by_axis = getattr(item, "batch_by_axis", False)
-        skip = tuple(getattr(item, "skip_instructions", ()))
-        specs += [
-            FileSpec(m, item.weight, getattr(item, "symmetric", False), by_axis, skip_instructions=skip)
-            for m in matches
-        ]
+        options = {
+            "symmetric": getattr(item, "symmetric", False),
+            "batch_by_axis": getattr(item, "batch_by_axis", False),
+            "skip_instructions": tuple(getattr(item, "skip_instructions", ())),
+            "distill": getattr(item, "distill", True),
+        }
+        specs += [FileSpec(m, item.weight, **options) for m in matches]
     return specs
 
 
@@ -150,6 +154,7 @@ class ContrastiveStream:
             rng=rng,
             doc_instruction=self.doc_instruction,
             symmetric=[self.files[f].symmetric for f, _ in picks],
+            distill=[self.files[f].distill for f, _ in picks],
         )
 
     def skip(self, n: int) -> None:

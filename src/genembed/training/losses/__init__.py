@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+from .distill import SimilarityDistillation
 from .generative import AGGREGATIONS, NextTokenLoss
 from .icr import ICRLoss, ICRTerms
 from .info_nce import InfoNCE, default_labels
 
-__all__ = ["AGGREGATIONS", "ICRLoss", "ICRTerms", "InfoNCE", "NextTokenLoss", "default_labels"]
+__all__ = [
+    "AGGREGATIONS",
+    "ICRLoss",
+    "ICRTerms",
+    "InfoNCE",
+    "NextTokenLoss",
+    "SimilarityDistillation",
+    "default_labels",
+]
