@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from .adapter_info import TrainedFor, warn_if_untrained
 from .backbone.loading import Backbone
 from .encoders.embedder import EncodeOptions, encode_texts, to_output, validate_texts
 from .encoders.inspect_tokens import SoftTokenStep, inspect_soft_tokens
@@ -45,6 +46,10 @@ class GenerativeEmbedder:
         # generate/rerank with the LoRA adapter (True: a GRIT jointly trained adapter) or with the base
         # weights (False: an embedding-only adapter); see genembed.generation.adapters and docs/grit.md
         self.generation_adapter = False
+        # what the adapter was trained for (its saved training config; None: unknown or no adapter) and
+        # where it lives; load() sets both (genembed.adapter_info)
+        self.trained_for: TrainedFor | None = None
+        self.adapter_path: str | None = None
 
     @property
     def name(self) -> str:
@@ -111,6 +116,10 @@ class GenerativeEmbedder:
         Raises:
             TypeError: an item of ``texts`` is not a string (the message names its index).
             ValueError: a bad ``steps``, ``method``, ``attention`` or other setting.
+
+        Warns:
+            UntrainedAdapterWarning: the loaded adapter was trained for another method or attention
+                (read from its saved training config; see :mod:`genembed.adapter_info`).
         """
         options = EncodeOptions.build(
             method=method,
@@ -123,6 +132,7 @@ class GenerativeEmbedder:
             max_length=max_length,
             batch_size=batch_size,
         )
+        warn_if_untrained(self.trained_for, self.adapter, options.method, options.attention)
         if return_all_steps and (method != "gircse" or options.adaptive):
             raise ValueError("return_all_steps needs method='gircse' and a fixed number of steps")
         items, single = validate_texts(texts)

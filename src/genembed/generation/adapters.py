@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-__all__ = ["adapter_mode", "each_step_in", "kv_reuse_problem"]
+__all__ = ["adapter_mode", "each_step_in"]
 
 T = TypeVar("T")
 
@@ -25,21 +25,6 @@ def adapter_mode(model: Any, use_adapter: bool) -> contextlib.AbstractContextMan
     if use_adapter or not hasattr(model, "disable_adapter"):
         return contextlib.nullcontext()
     return model.disable_adapter()
-
-
-def kv_reuse_problem(model: Any) -> str | None:
-    """Why KV states from ``model``'s embedding passes cannot be reused for its generation, or None.
-
-    They can when both modes run the same weights: no adapter, or ``generation_adapter=True``.
-    """
-    if getattr(model, "adapter", None) and not getattr(model, "generation_adapter", True):
-        return (
-            "KV reuse needs the same weights for embedding and generation, but this model embeds with its adapter "
-            f"({model.adapter}) and generates without it (an embedding-only adapter, like the default GIRCSE one). "
-            "Load the raw backbone (genembed.load(adapter=False), CLI --adapter none), or a GRIT jointly trained "
-            "adapter with generation_adapter=True"
-        )
-    return None
 
 
 def each_step_in(context: Callable[[], contextlib.AbstractContextManager], iterator: Iterator[T]) -> Iterator[T]:
