@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 
 import pytest
@@ -210,8 +211,8 @@ def test_an_embedding_only_adapter_stores_the_base_weights_states(lora_model, do
 
 def test_the_embedding_pass_is_reused_when_it_is_the_generators(tiny_model, docs_file, tmp_path, monkeypatch):
     """Same weights, causal attention and an embedding prompt that starts with the segment: no second pass."""
-    plain = RagPrompt(system=None, passage="{text}", question="Given a query, retrieve relevant passages.\n{question}")
-    plain = RagPrompt(**{**plain.to_dict(), "chat": False})
+    plain = RagPrompt.matching_queries("Given a query, retrieve relevant passages.", "plain")
+    plain = RagPrompt(**{**plain.to_dict(), "passage": "{text}"})  # the plain document prompt is the text alone
     calls: list[int] = []
     real = index_build.segment_states
     monkeypatch.setattr(index_build, "segment_states", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -222,11 +223,26 @@ def test_the_embedding_pass_is_reused_when_it_is_the_generators(tiny_model, docs
     for row in range(len(reused)):
         torch.testing.assert_close(reused.kv(row)[0], second.kv(row)[0], atol=1e-5, rtol=1e-4)
         torch.testing.assert_close(reused.kv(row)[1], second.kv(row)[1], atol=1e-5, rtol=1e-4)
-    # the query's states come from its embedding pass too (plain format, no instruction mismatch)
+    # the query's states come from its embedding pass too
     monkeypatch.setattr(rag, "segment_states", lambda *a, **k: pytest.fail("the query was computed again"))
     query, sources = retrieve(tiny_model, reused, QUESTION, top_k=2, keep_query_kv=True)
     context = build_context(tiny_model, reused, query, sources, mode="docquery")
     assert context.cached_tokens == context.total_tokens - len(context.fresh_ids)
+
+
+def test_gircse_query_states_are_reused_with_a_matching_prompt(tiny_model, docs_file, tmp_path, monkeypatch):
+    """With RagPrompt.matching_queries the query segment starts GIRCSE's chat query prompt: query caching
+    takes the head's and the query's states from the embedding pass, equal to computing them."""
+    chat = RagPrompt.matching_queries("Given a query, retrieve relevant passages.", "chat")
+    index = _index(tiny_model, docs_file, tmp_path, "gircse", prompt=chat)
+    assert index.kv_source["pass"] == "generation"  # passages are plain text here, not GIRCSE's chat prompt
+    query, sources = retrieve(tiny_model, index, QUESTION, top_k=2, keep_query_kv=True)
+    computed = build_context(tiny_model, index, dataclasses.replace(query, kv=None), sources, mode="docquery")
+    monkeypatch.setattr(rag, "segment_states", lambda *a, **k: pytest.fail("the query was computed again"))
+    reused = build_context(tiny_model, index, query, sources, mode="docquery")
+    for (k, v), (rk, rv) in zip(cache_layers(reused.cache), cache_layers(computed.cache), strict=True):
+        torch.testing.assert_close(k, rk, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(v, rv, atol=1e-5, rtol=1e-4)
 
 
 def test_the_second_pass_runs_shard_by_shard(lora_model, docs_file, tmp_path, monkeypatch):

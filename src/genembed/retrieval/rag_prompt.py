@@ -69,17 +69,34 @@ class RagPrompt:
         return _ids(tokenizer, text)
 
     def passage_ids(self, tokenizer: Any, texts: list[str]) -> list[list[int]]:
-        """Each passage's segment ids."""
+        """Each passage's segment ids (the template's text and the passage tokenized apart, as
+        embedding prompts are, so that an embedding prompt can start with the same tokens)."""
         if not texts:
             return []
-        return tokenizer([self.passage.format(text=t) for t in texts], add_special_tokens=False)["input_ids"]
+        before, after = self.passage.split("{text}", 1)
+        body = tokenizer(texts, add_special_tokens=False)["input_ids"]
+        return [[*_ids(tokenizer, before), *ids, *_ids(tokenizer, after)] for ids in body]
 
     def query_ids(self, tokenizer: Any, question: str, order: str) -> list[int]:
         """The query segment: the user turn's opening and the question (plus a blank line before the
         passages in ``query_first`` order)."""
         opening = self._user_turn(tokenizer)[0] if self._chat(tokenizer) else ""
+        before, after = self.question.split("{question}", 1)
         gap = "\n\n" if order == "query_first" else ""
-        return _ids(tokenizer, opening + self.question.format(question=question) + gap)
+        return [*_ids(tokenizer, opening + before), *_ids(tokenizer, question), *_ids(tokenizer, after + gap)]
+
+    @classmethod
+    def matching_queries(cls, instruction: str, prompt_format: str) -> RagPrompt:
+        """A prompt whose query segment (in ``doc_first`` order) is the start of the query's embedding
+        prompt in ``prompt_format`` (``chat``: GIRCSE's default; ``plain``), so that a model embedding
+        with its generation weights and causal attention reuses the query's embedding-pass states and
+        query caching skips the query's prefill. It has an empty system turn (chat) or no head (plain),
+        as embedding prompts do, and answers less well than the default (docs/rag.md).
+        """
+        question = f"{instruction}\n{{question}}" if instruction else "{question}"
+        if prompt_format == "chat":
+            return cls(system="", question=question)
+        return cls(system=None, question=question, chat=False)
 
     def tail_ids(self, tokenizer: Any) -> list[int]:
         """The tail: the end of the user turn and the assistant prompt (computed when answering)."""
