@@ -211,3 +211,8 @@ def test_index_belongs_to_its_model(built):
     other = GenerativeEmbedder(tiny_backbone(seed=1))
     with pytest.raises(ValueError, match="was built with model 'tiny-llama-0'"):
         Index.load(built).encode_queries(other, ["x"])
+
+
+def test_kv_store_reads_lengths_from_the_header(tiny_model, docs_file, tmp_path):
+    index = _build(tiny_model, [docs_file], tmp_path / "idx", store_kv=True)
+    assert [index.kv_store.tokens(r) for r in range(len(index))] == [index.kv(r)[0].shape[2] for r in range(len(index))]

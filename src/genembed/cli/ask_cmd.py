@@ -15,10 +15,11 @@ def ask(
     index_dir: Annotated[Path, typer.Argument(help="an index folder from `genembed index build`")],
     question: Annotated[str, typer.Argument(help="the question")],
     cache: Annotated[
-        str, typer.Option("--cache", help="KV reuse: none, query, doc, querydoc or docquery (doc* need --store-kv)")
+        str,
+        typer.Option("--cache", help="KV reuse: none, query, doc, querydoc or docquery (doc ones need --store-kv)"),
     ] = "none",
     order: Annotated[
-        str | None, typer.Option("--order", help="with --cache none: doc_first (default) or query_first")
+        str | None, typer.Option("--order", help="doc_first (default) or query_first; querydoc/docquery fix it")
     ] = None,
     rerank: Annotated[bool, typer.Option("--rerank", help="rerank retrieved passages generatively")] = False,
     top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="passages put in the prompt")] = 3,

@@ -149,7 +149,7 @@ def _print_info(index: Any) -> None:
     table.add_row("chunking", f"{chunking['chunk_tokens']} tokens, overlap {chunking['overlap']}")
     if index.has_kv:
         kv, size = manifest["kv"], index.kv_store.nbytes
-        tokens = sum(index.kv_store.get(c.row)[0].shape[2] for c in index.chunks)
+        tokens = sum(index.kv_store.tokens(c.row) for c in index.chunks)
         per_token = size / max(tokens, 1)
         table.add_row(
             "KV states",

@@ -218,7 +218,7 @@ def ask(
         index: an :class:`~genembed.retrieval.index.Index` (with KV states for the doc-caching modes).
         question: the question.
         cache: ``none``, ``query``, ``doc``, ``querydoc`` or ``docquery`` (see :mod:`~genembed.retrieval.context`).
-        order: for ``cache="none"`` only: ``doc_first`` (default) or ``query_first``.
+        order: ``doc_first`` (default) or ``query_first``; ``querydoc`` and ``docquery`` fix it.
         top_k: passages put in the prompt (more than one works in every mode).
         rerank: rerank ``rerank_candidates`` retrieved passages generatively before keeping ``top_k``.
         rerank_candidates: passages retrieved for reranking.
