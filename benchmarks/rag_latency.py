@@ -1,4 +1,4 @@
-"""RAG latency per KV caching mode vs. no caching, on the default model (CPU), as in GRIT's Figure 5.
+"""RAG latency per KV caching mode vs. no caching, with the default settings (CPU), as in GRIT's Figure 5.
 
 Two sweeps, as in the GRIT paper: the query grows (250..4000 tokens) with a short passage, and the
 passage grows with a short query. For every length each mode runs the same end-to-end path as
@@ -10,9 +10,18 @@ same run. The passage's KV states come from a real index on disk (float16, memor
 ``genembed index build --store-kv`` writes them. Also writes the KV storage sizes (measured on disk for
 float32/float16/bfloat16, and computed for a 7B model) and a PNG plot.
 
-Run (about 15 minutes on 2 busy CPU cores; one heavy process, so under the CPU lock):
+The model is ``genembed.load()`` (the shipped GIRCSE adapter embeds; the base weights generate), unless
+``--adapter`` says otherwise. With it, a cached query's states cannot come from its embedding pass
+(other weights): they are computed when answering, so query caching saves nothing. ``--adapter none
+--prompt matching`` measures what query caching saves when they can (the raw backbone, whose GIRCSE
+pass is the generator's, and ``RagPrompt.matching_queries``, whose query segment starts the query's
+embedding prompt).
 
-    flock /tmp/genembed-cpu.lock .venv/bin/python benchmarks/rag_latency.py
+Run (one thread; about 10 minutes for the first, 5 for the second):
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rag_latency.py --lengths 4000 --threads 1
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rag_latency.py --lengths 4000 --threads 1 \
+        --adapter none --prompt matching --modes none query docquery --sweeps query --no-storage
 """
 
 from __future__ import annotations
@@ -21,26 +30,17 @@ import argparse
 import json
 import platform
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+from _run_info import REPO, git_commit
 
-REPO = Path(__file__).resolve().parents[1]
 MODES = ("none", "query", "doc", "querydoc", "docquery")
 GRIT_CPU_4000 = {"query": 0.54, "doc": 0.63}  # GRIT paper: latency reduction at 4000 tokens on CPU
 MISTRAL_7B = {"layers": 32, "kv_heads": 8, "head_dim": 128}  # GritLM-7B's KV geometry
 GRIT_INDEX = {"passages": 2_681_468, "bytes": 30e12}  # GRIT: ~30 TB of doc caches for 2.68M passages
-
-
-def _git_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 
 def _text_of(tokenizer, n_tokens: int, seed_text: str) -> str:
@@ -51,6 +51,7 @@ def _text_of(tokenizer, n_tokens: int, seed_text: str) -> str:
 
 
 def _one_run(model, index, question: str, mode: str, new_tokens: int) -> dict[str, float]:
+    from genembed.generation.adapters import adapter_mode
     from genembed.generation.decoding import decode_stream
     from genembed.retrieval.context import fresh_input, mode_layout
     from genembed.retrieval.rag import build_context, retrieve
@@ -61,17 +62,18 @@ def _one_run(model, index, question: str, mode: str, new_tokens: int) -> dict[st
     context = build_context(model, index, query, sources, mode=mode)
     t_assembled = time.perf_counter()
     ids, mask, positions = fresh_input(context, "cpu")
-    tokens = decode_stream(
-        model.backbone.model,
-        ids,
-        cache=context.cache,
-        attention_mask=mask,
-        position_ids=positions,
-        max_new_tokens=new_tokens,
-    )
-    next(tokens)
-    t_first = time.perf_counter()
-    n = 1 + sum(1 for _ in tokens)
+    with adapter_mode(model.backbone.model, model.generation_adapter):  # the generation weights
+        tokens = decode_stream(
+            model.backbone.model,
+            ids,
+            cache=context.cache,
+            attention_mask=mask,
+            position_ids=positions,
+            max_new_tokens=new_tokens,
+        )
+        next(tokens)
+        t_first = time.perf_counter()
+        n = 1 + sum(1 for _ in tokens)
     end = time.perf_counter()
     return {
         "retrieve": t_retrieved - start,
@@ -84,7 +86,7 @@ def _one_run(model, index, question: str, mode: str, new_tokens: int) -> dict[st
     }
 
 
-def _storage(model, tmp: Path, passage: str) -> dict:
+def _storage(model, tmp: Path, passage: str, prompt) -> dict:
     from genembed.retrieval.index_build import build_index
     from genembed.retrieval.kv_store import KVGeometry, kv_bytes_per_token
 
@@ -101,8 +103,9 @@ def _storage(model, tmp: Path, passage: str) -> dict:
             kv_dtype=dtype,
             chunk_tokens=4096,
             show_progress_bar=False,
+            prompt=prompt,
         )
-        tokens = index.chunk(0).tokens
+        tokens = index.kv(0)[0].shape[2]
         measured[dtype] = {
             "tokens": tokens,
             "bytes": index.kv_store.nbytes,
@@ -133,25 +136,35 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="repetitions per point (median reported)")
     parser.add_argument("--new-tokens", type=int, default=16, help="generated tokens per answer")
     parser.add_argument("--method", default="gircse", help="index embedding method (gircse, mean, grit)")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument("--adapter", default=None, help="adapter folder or 'none' (default: the shipped one)")
+    parser.add_argument("--prompt", default="default", choices=["default", "matching"], help="the RAG prompt")
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES, help="modes (none always runs)")
+    parser.add_argument("--sweeps", nargs="+", default=["query", "doc"], choices=["query", "doc"])
+    parser.add_argument("--no-storage", action="store_true", help="skip the KV storage measurement")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "rag_latency")
     args = parser.parse_args()
 
     import genembed
     from genembed.retrieval.embed_kv import EmbedConfig
     from genembed.retrieval.index_build import build_index
+    from genembed.retrieval.rag_prompt import RagPrompt
 
     torch.set_num_threads(args.threads)
-    model = genembed.load(adapter=False, dtype="float32")
+    model = genembed.load(adapter=False if args.adapter == "none" else args.adapter, dtype="float32")
     tok = model.backbone.tokenizer
     corpus = (REPO / "src" / "genembed" / "data" / "sample_corpus.jsonl").read_text().splitlines()
     seed_text = " ".join(json.loads(line)["text"] for line in corpus)
     longest = max(args.lengths)
-    config = EmbedConfig(method=args.method, tau=model.tau, max_length=longest + 256)
-    results: dict[str, dict] = {"query": {}, "doc": {}}
+    config = EmbedConfig(method=args.method, tau=model.tau, max_length=longest + 256, center=model.center)
+    prompt = RagPrompt()
+    if args.prompt == "matching":
+        prompt = RagPrompt.matching_queries(config.query_instruction, config.options().prompt_format)
+    modes = ["none", *(m for m in args.modes if m != "none")]
+    results: dict[str, dict] = {sweep: {} for sweep in args.sweeps}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        for sweep in ("query", "doc"):
+        for sweep in args.sweeps:
             for length in args.lengths:
                 q_len, d_len = (length, args.short) if sweep == "query" else (args.short, length)
                 question = _text_of(tok, q_len, seed_text) + "?"
@@ -166,11 +179,12 @@ def main() -> None:
                     kv_dtype="float16",
                     chunk_tokens=longest + 16,
                     show_progress_bar=False,
+                    prompt=prompt,
                 )
                 _one_run(model, index, question, "none", 2)  # warm-up (allocator, thread pool)
-                runs: dict[str, list[dict]] = {m: [] for m in MODES}
+                runs: dict[str, list[dict]] = {m: [] for m in modes}
                 for _ in range(args.repeats):
-                    for mode in MODES:
+                    for mode in modes:
                         runs[mode].append(_one_run(model, index, question, mode, args.new_tokens))
                 point = {
                     mode: {
@@ -183,30 +197,39 @@ def main() -> None:
                     }
                     for mode, rs in runs.items()
                 }
-                for mode in MODES:
+                for mode in modes:
                     for key in ("ttft", "total"):
                         point[mode][f"{key}_ratio_vs_none"] = point[mode][f"{key}_s"] / point["none"][f"{key}_s"]
                 results[sweep][str(length)] = point
                 line = "  ".join(
-                    f"{m} {point[m]['total_s']:.2f}s ({point[m]['total_ratio_vs_none']:.2f})" for m in MODES
+                    f"{m} TTFT {point[m]['ttft_s']:.2f}s ({point[m]['ttft_ratio_vs_none']:.2f})" for m in modes
                 )
                 print(f"{sweep:5s} {length:5d}: {line}", flush=True)
-        storage = _storage(model, tmp, _text_of(tok, 1000, seed_text))
+        storage = None if args.no_storage else _storage(model, tmp, _text_of(tok, 1000, seed_text), prompt)
     report = {
-        "config": {**vars(args), "out": str(args.out), "model": model.name, "torch": torch.__version__},
+        "config": {
+            **vars(args),
+            "out": str(args.out),
+            "model": model.name,
+            "generation_adapter": model.generation_adapter,
+            "rag_prompt": prompt.to_dict(),
+            "torch": torch.__version__,
+        },
         "machine": {"platform": platform.platform(), "cpus": torch.get_num_threads()},
-        "git_commit": _git_commit(),
+        "git_commit": git_commit(),
         "grit_paper_cpu_reduction_at_4000": GRIT_CPU_4000,
         "results": results,
         "storage": storage,
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "rag_latency.json").write_text(json.dumps(report, indent=2))
-    _plot(results, args.out / "rag_latency.png", model.name, args.new_tokens)
-    print(f"wrote {args.out / 'rag_latency.json'} and rag_latency.png")
+    name = "rag_latency" + ("" if args.adapter is None else f"_{Path(args.adapter).name}") + f"_{args.prompt}"
+    (args.out / f"{name}.json").write_text(json.dumps(report, indent=2))
+    if len(args.lengths) > 1 and len(results) == 2:
+        _plot(results, args.out / f"{name}.png", model.name, args.new_tokens, modes)
+    print(f"wrote {args.out / name}.json")
 
 
-def _plot(results: dict, path: Path, model_name: str, new_tokens: int) -> None:
+def _plot(results: dict, path: Path, model_name: str, new_tokens: int, modes: list[str]) -> None:
     """Top: total seconds per mode. Bottom: total time as a ratio to ``none``, with GRIT's CPU figures at 4000."""
     import matplotlib
 
@@ -219,7 +242,7 @@ def _plot(results: dict, path: Path, model_name: str, new_tokens: int) -> None:
         grows = "query" if sweep == "query" else "passage"
         for row, key in enumerate(("total_s", "total_ratio_vs_none")):
             ax = axes[row, col]
-            for mode in MODES:
+            for mode in modes:
                 ax.plot(lengths, [results[sweep][str(n)][mode][key] for n in lengths], marker="o", label=mode)
             ax.set_xscale("log")
             ax.minorticks_off()

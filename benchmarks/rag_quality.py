@@ -1,37 +1,41 @@
-"""RAG answer quality per KV caching mode, against no RAG and plain RAG, on a small WikiQA set.
+"""RAG answer quality per KV caching mode, against no RAG and plain RAG, on two small question sets.
 
-Data: ``../shared/data/train/wikiqa.jsonl`` (questions whose answer is one Wikipedia sentence). A
-seeded sample of questions is drawn; the corpus is every candidate sentence of those questions (the
-answer sentences and WikiQA's non-answer sentences for the same question), indexed with
-``--store-kv`` (float16, the CLI default) using ``--method``. Two settings:
+Data:
 
-- ``retrieved``: the prompt holds the ``--top-k`` retrieved sentences (what ``genembed ask`` does);
-- ``oracle``: the first gold sentence plus the ``top-k - 1`` best retrieved non-gold ones, the gold one
-  at a seeded random place among them. The raw model retrieves poorly, so this is where the caching
-  modes' cost in reading a passage that holds the answer shows.
+- ``wikiqa``: a seeded sample of ``../shared/data/train/wikiqa.jsonl`` (questions whose answer is one
+  Wikipedia sentence); the corpus is every candidate sentence of those questions (answer and
+  non-answer sentences);
+- ``extractive``: ``benchmarks/data/extractive_qa.jsonl``, 24 short passages hand-written for this
+  benchmark (mostly invented places, people and things, so the answer must come from the passage),
+  each with a question whose answer is a span of it; the corpus is the 24 passages.
 
-In each setting each question is answered, greedily, by:
+Each corpus is indexed with ``--store-kv`` (float16, the CLI default) by the loaded model with its
+default embedding settings (``genembed.load()``: the shipped GIRCSE adapter, K=5, centering; the KV
+states then come from a second pass with the base weights, which generate). Settings:
 
-- ``no_rag``: the question alone in the chat template (what ``model.generate(question)`` does);
-- ``none_doc_first`` / ``none_query_first``: plain RAG, every prompt token computed causally;
-- ``query``, ``doc``, ``querydoc``, ``docquery``: the same prompt with KV states taken from the
-  embedding passes (see ``genembed.retrieval.context``); each is compared with the plain-RAG row of
-  the same order, which has exactly the same tokens.
+- ``retrieved``: the prompt holds the ``--top-k`` retrieved passages (what ``genembed ask`` does);
+- ``oracle`` (wikiqa only): the first gold sentence plus the ``top-k - 1`` best retrieved non-gold
+  ones, the gold one at a seeded random place, so every question can be answered from its context.
 
-Scores per variant: answer F1 (SQuAD-style token F1 between the answer and the best gold sentence),
-and gold NLL (mean negative log-likelihood per token of the first gold sentence, teacher-forced after
-the prompt: lower is better; it measures how much the context helps without depending on sampling).
-``retrieved`` is also reported over the questions whose gold sentence was retrieved (retrieval hit).
+In each setting each question is answered greedily (``ask``'s decoding: no repeated 4-gram in the
+answer), by ``no_rag`` (the question alone in the chat template), plain RAG in both orders
+(``none_doc_first``, ``none_query_first``) and the four caching modes with their default orders
+(``query``, ``doc``, ``docquery``: doc first; ``querydoc``: query first). A cached mode has exactly
+the tokens of the plain-RAG row of its order.
 
-Run (one method per locked run; about 20 minutes each on 2 busy CPU cores):
+Scores: answer F1 (SQuAD token F1 against the best gold answer, x100), ``contains`` (a gold answer
+appears in the answer, case-insensitive; extractive set), and gold NLL (mean negative log-likelihood
+per token of the first gold answer, teacher-forced after the prompt; lower is better). Also the
+retrieval hit rate (a gold passage in the top ``--top-k``) and the index build time and KV size, with
+and without stored KV states (``build``: the wikiqa corpus built without KV states, then with them).
 
-    flock /tmp/genembed-cpu.lock .venv/bin/python benchmarks/rag_quality.py --method mean
-    flock /tmp/genembed-cpu.lock .venv/bin/python benchmarks/rag_quality.py --method grit
-    flock /tmp/genembed-cpu.lock .venv/bin/python benchmarks/rag_quality.py --method gircse
+Run (about 15 minutes on one thread; the build table from a separate run that computes the
+documents' centre before timing either build):
 
-With a GRIT jointly trained adapter (one set of weights for retrieval, KV states and generation):
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rag_quality.py --threads 1
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rag_quality.py --threads 1 --sets wikiqa --build-only
 
-    .venv/bin/python benchmarks/rag_quality.py --method grit --adapter runs/grit-smollm2
+Other models: ``--adapter none`` (the raw backbone), ``--adapter runs/grit-smollm2 --method grit``.
 """
 
 from __future__ import annotations
@@ -43,33 +47,25 @@ import random
 import re
 import statistics
 import string
-import subprocess
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
 import torch
+from _run_info import REPO, git_commit
 
-REPO = Path(__file__).resolve().parents[1]
 WIKIQA = REPO.parent / "shared" / "data" / "train" / "wikiqa.jsonl"
+EXTRACTIVE = REPO / "benchmarks" / "data" / "extractive_qa.jsonl"
 VARIANTS = {  # name -> (cache mode, order); no_rag has no retrieval
     "no_rag": (None, None),
     "none_doc_first": ("none", "doc_first"),
     "none_query_first": ("none", "query_first"),
     "query": ("query", None),
-    "querydoc": ("querydoc", None),
     "doc": ("doc", None),
     "docquery": ("docquery", None),
+    "querydoc": ("querydoc", None),
 }
-
-
-def _git_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 
 def _normalize(text: str) -> list[str]:
@@ -87,7 +83,7 @@ def token_f1(prediction: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def _load(n_questions: int, seed: int) -> tuple[list[dict], list[dict]]:
+def load_wikiqa(n_questions: int, seed: int) -> tuple[list[dict], list[dict]]:
     rows = [json.loads(line) for line in WIKIQA.read_text("utf-8").splitlines() if line.strip()]
     rows = random.Random(seed).sample(rows, n_questions)
     questions, docs = [], []
@@ -103,130 +99,185 @@ def _load(n_questions: int, seed: int) -> tuple[list[dict], list[dict]]:
     return questions, docs
 
 
+def load_extractive() -> tuple[list[dict], list[dict]]:
+    rows = [json.loads(line) for line in EXTRACTIVE.read_text("utf-8").splitlines() if line.strip()]
+    docs = [{"id": r["id"], "title": r["title"], "text": r["text"]} for r in rows]
+    questions = [{"question": r["question"], "gold": r["answers"], "gold_ids": [r["id"]]} for r in rows]
+    return questions, docs
+
+
 @torch.inference_mode()
 def gold_nll(model, context, gold_ids: list[int]) -> float:
     """Mean NLL per token of ``gold_ids`` right after the prompt (the context's cache is not touched)."""
     from genembed.backbone.attention import run_decoder
+    from genembed.generation.adapters import adapter_mode
     from genembed.retrieval.context import fresh_input
 
     lm = model.backbone.model
     ids, _, _ = fresh_input(context, "cpu")
     ids = torch.cat([ids, torch.tensor([gold_ids])], dim=1)
-    past = context.cached_tokens
-    hidden = run_decoder(
-        lm,
-        input_ids=ids,
-        attention_mask=torch.ones((1, past + ids.shape[1]), dtype=torch.long),
-        position_ids=torch.arange(past, past + ids.shape[1])[None],
-        cache=copy.deepcopy(context.cache),
-        use_cache=context.cache is not None,
-    ).last_hidden_state
-    n = len(gold_ids)
-    logits = lm.get_output_embeddings()(hidden[0, -n - 1 : -1]).float()
+    past = context.past_tokens
+    with adapter_mode(lm, model.generation_adapter):
+        hidden = run_decoder(
+            lm,
+            input_ids=ids,
+            attention_mask=torch.ones((1, past + ids.shape[1]), dtype=torch.long),
+            position_ids=torch.arange(past, past + ids.shape[1])[None],
+            cache=copy.deepcopy(context.cache),
+            use_cache=context.cache is not None,
+        ).last_hidden_state
+        n = len(gold_ids)
+        logits = lm.get_output_embeddings()(hidden[0, -n - 1 : -1]).float()
     return float(torch.nn.functional.cross_entropy(logits, torch.tensor(gold_ids)))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--method", default="mean", help="index embedding method: gircse, mean or grit")
-    parser.add_argument(
-        "--adapter", default=None, help="a GRIT jointly trained adapter (used for both modes); default: raw backbone"
-    )
-    parser.add_argument("--questions", type=int, default=30)
-    parser.add_argument("--top-k", type=int, default=2, help="passages per prompt")
-    parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "rag_quality")
-    args = parser.parse_args()
+def build(model, docs: list[dict], folder: Path, config, *, store_kv: bool):
+    from genembed.retrieval.index_build import build_index
 
-    import genembed
+    corpus = folder / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in docs), "utf-8")
+    t0 = time.perf_counter()
+    index = build_index(
+        model, [corpus], folder / ("kv" if store_kv else "plain"), config=config, store_kv=store_kv, overwrite=True
+    )
+    return index, time.perf_counter() - t0
+
+
+def run_set(model, name: str, questions: list[dict], index, settings: tuple[str, ...], args) -> dict:
     from genembed.generation.chat import chat_prompt_ids
     from genembed.retrieval.context import Context
-    from genembed.retrieval.embed_kv import EmbedConfig
-    from genembed.retrieval.index_build import build_index
     from genembed.retrieval.rag import Source, build_context, generate_from_context, retrieve
 
-    torch.set_num_threads(args.threads)
-    model = genembed.load(adapter=args.adapter or False, dtype="float32")
-    if args.adapter and not model.generation_adapter:
-        parser.error(f"{args.adapter} was not trained for generation: KV states cannot be reused across modes")
     tok = model.backbone.tokenizer
-    questions, docs = _load(args.questions, args.seed)
+    rows_by_doc = {c.doc_id: c.row for c in index.chunks}
+    place = random.Random(args.seed)
     per_question = []
-    t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        corpus = Path(tmp) / "wikiqa.jsonl"
-        corpus.write_text("".join(json.dumps(d) + "\n" for d in docs), "utf-8")
-        config = EmbedConfig(method=args.method, tau=model.tau, max_length=512)
-        index = build_index(model, [corpus], Path(tmp) / "index", config=config, store_kv=True, kv_dtype="float16")
-        build_s = time.perf_counter() - t0
-        index_stats = {
-            "chunks": len(index),
-            "mean_tokens_per_chunk": statistics.fmean(c.tokens for c in index.chunks),
-            "kv_bytes_on_disk": index.kv_store.nbytes,
-            "kv_dtype": index.manifest["kv"]["dtype"],
-        }
-        rows_by_doc = {c.doc_id: c.row for c in index.chunks}
-        place = random.Random(args.seed)
-        for n, item in enumerate(questions):
-            query, sources = retrieve(model, index, item["question"], top_k=args.top_k + 1, keep_query_kv=True)
-            gold = index.chunk(rows_by_doc[item["gold_ids"][0]])
-            others = [s for s in sources if index.chunk(s.row).doc_id not in item["gold_ids"]][: args.top_k - 1]
-            oracle = list(others)
-            oracle.insert(
-                place.randrange(len(others) + 1), Source(gold.row, gold.id, gold.doc_id, "", gold.text, "", 0.0)
-            )
-            settings = {"retrieved": sources[: args.top_k], "oracle": oracle}
-            hit = any(index.chunk(s.row).doc_id in item["gold_ids"] for s in settings["retrieved"])
-            gold_ids = tok(item["gold"][0], add_special_tokens=False)["input_ids"]
-            row = {"question": item["question"], "gold": item["gold"], "hit": hit}
-            row["retrieved_ids"] = {k: [s.id for s in v] for k, v in settings.items()}
-            for setting, passages in settings.items():
-                for name, (mode, order) in VARIANTS.items():
-                    if mode is None and setting == "oracle":
-                        row[f"oracle/{name}"] = row[f"retrieved/{name}"]  # no passages either way
-                        continue
-                    if mode is None:
-                        context = Context(None, chat_prompt_ids(tok, item["question"]), 0, [])
-                    else:
-                        context = build_context(model, index, query, passages, mode=mode, order=order)
-                    nll = gold_nll(model, context, gold_ids)
-                    answer = "".join(generate_from_context(model, context, max_new_tokens=args.max_new_tokens)).strip()
-                    f1 = max(token_f1(answer, g) for g in item["gold"])
-                    row[f"{setting}/{name}"] = {"answer": answer, "f1": f1, "gold_nll": nll}
-            per_question.append(row)
-            scores = " ".join(f"{k}={row[f'oracle/{k}']['gold_nll']:.2f}" for k in VARIANTS)
-            print(f"[{n + 1}/{len(questions)}] hit={hit} oracle gold NLL: {scores}", flush=True)
+    for n, item in enumerate(questions):
+        query, sources = retrieve(model, index, item["question"], top_k=args.top_k + 1, keep_query_kv=True)
+        gold = index.chunk(rows_by_doc[item["gold_ids"][0]])
+        others = [s for s in sources if index.chunk(s.row).doc_id not in item["gold_ids"]][: args.top_k - 1]
+        oracle = list(others)
+        oracle.insert(
+            place.randrange(len(others) + 1), Source(gold.row, gold.id, gold.doc_id, gold.title, gold.text, "", 0.0)
+        )
+        passages = {"retrieved": sources[: args.top_k], "oracle": oracle}
+        hit = any(index.chunk(s.row).doc_id in item["gold_ids"] for s in passages["retrieved"])
+        gold_ids = tok(item["gold"][0], add_special_tokens=False)["input_ids"]
+        row = {"question": item["question"], "gold": item["gold"], "hit": hit}
+        row["retrieved_ids"] = {k: [s.id for s in passages[k]] for k in settings}
+        for setting in settings:
+            for variant, (mode, order) in VARIANTS.items():
+                if mode is None and setting != settings[0]:
+                    row[f"{setting}/{variant}"] = row[f"{settings[0]}/{variant}"]  # no passages either way
+                    continue
+                if mode is None:
+                    context = Context(None, chat_prompt_ids(tok, item["question"]), 0, [])
+                else:
+                    context = build_context(model, index, query, passages[setting], mode=mode, order=order)
+                nll = gold_nll(model, context, gold_ids)
+                answer = "".join(generate_from_context(model, context, max_new_tokens=args.max_new_tokens)).strip()
+                row[f"{setting}/{variant}"] = {
+                    "answer": answer,
+                    "f1": max(token_f1(answer, g) for g in item["gold"]),
+                    "contains": any(g.lower() in answer.lower() for g in item["gold"]),
+                    "gold_nll": nll,
+                }
+        per_question.append(row)
+        cells = " ".join(f"{v}={row[f'{settings[-1]}/{v}']['f1']:.2f}" for v in VARIANTS)
+        print(f"{name} [{n + 1}/{len(questions)}] hit={hit} {settings[-1]} F1: {cells}", flush=True)
+    subsets = {"retrieved": ("retrieved", per_question)}
+    subsets["retrieved_hit"] = ("retrieved", [r for r in per_question if r["hit"]])
+    if "oracle" in settings:
+        subsets["oracle"] = ("oracle", per_question)
     summary = {}
-    subsets = {
-        "retrieved": ("retrieved", per_question),
-        "retrieved_hit": ("retrieved", [r for r in per_question if r["hit"]]),
-        "oracle": ("oracle", per_question),
-    }
     for subset, (setting, rows) in subsets.items():
         summary[subset] = {"questions": len(rows)}
-        for name in VARIANTS:
-            cells = [r[f"{setting}/{name}"] for r in rows]
-            summary[subset][name] = {
-                "f1": 100 * statistics.fmean(c["f1"] for c in cells) if cells else None,
-                "gold_nll": statistics.fmean(c["gold_nll"] for c in cells) if cells else None,
+        for variant in VARIANTS:
+            cells = [r[f"{setting}/{variant}"] for r in rows]
+            summary[subset][variant] = {
+                key: (scale * statistics.fmean(float(c[key]) for c in cells) if cells else None)
+                for key, scale in (("f1", 100), ("contains", 100), ("gold_nll", 1))
             }
-    report = {
-        "config": {**vars(args), "out": str(args.out), "model": model.name, "data": str(WIKIQA), "corpus": len(docs)},
-        "git_commit": _git_commit(),
-        "index_build_s": build_s,
-        "index": index_stats,
-        "total_s": time.perf_counter() - t0,
+    return {
         "retrieval_hit_rate": statistics.fmean(r["hit"] for r in per_question),
         "summary": summary,
         "per_question": per_question,
     }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--adapter", default=None, help="adapter folder or 'none' (default: the shipped one)")
+    parser.add_argument("--method", default="gircse", help="index embedding method: gircse, mean, last or grit")
+    parser.add_argument("--sets", nargs="+", default=["wikiqa", "extractive"], choices=["wikiqa", "extractive"])
+    parser.add_argument("--questions", type=int, default=30, help="WikiQA questions")
+    parser.add_argument("--top-k", type=int, default=2, help="passages per prompt")
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--build-only", action="store_true", help="only the build time and size table")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "rag_quality")
+    args = parser.parse_args()
+
+    import genembed
+    from genembed.retrieval.embed_kv import EmbedConfig
+
+    torch.set_num_threads(args.threads)
+    adapter = False if args.adapter == "none" else args.adapter
+    model = genembed.load(adapter=adapter, dtype="float32")
+    config = EmbedConfig(method=args.method, tau=model.tau, max_length=512, center=model.center)
+    report = {
+        "config": {**vars(args), "out": str(args.out), "model": model.name, "embed": config.to_dict()},
+        "git_commit": git_commit(),
+        "generation_adapter": model.generation_adapter,
+        "sets": {},
+    }
+    if config.center:  # compute the documents' centre once before any timed build (it is memoised)
+        from genembed.encoders.centering import centre
+
+        centre(model.backbone, config.options(), config.doc_instruction)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.sets:
+            questions, docs = load_wikiqa(args.questions, args.seed) if name == "wikiqa" else load_extractive()
+            folder = Path(tmp) / name
+            folder.mkdir()
+            build_stats = {}
+            if name == "wikiqa":  # build time and size without and with stored KV states
+                plain, seconds = build(model, docs, folder, config, store_kv=False)
+                build_stats["without_kv"] = {"seconds": seconds, "bytes": _folder_bytes(plain.path)}
+            index, seconds = build(model, docs, folder, config, store_kv=True)
+            build_stats["with_kv"] = {
+                "seconds": seconds,
+                "bytes": _folder_bytes(index.path),
+                "kv_bytes": index.kv_store.nbytes,
+                "kv_source": index.kv_source,
+            }
+            print(f"{name}: {len(docs)} passages indexed: {json.dumps(build_stats)}", flush=True)
+            if args.build_only:
+                report["sets"][name] = {"corpus": len(docs), "chunks": len(index), "build": build_stats}
+                continue
+            settings = ("retrieved", "oracle") if name == "wikiqa" else ("retrieved",)
+            result = run_set(model, name, questions, index, settings, args)
+            report["sets"][name] = {
+                "corpus": len(docs),
+                "chunks": len(index),
+                "mean_tokens_per_chunk": statistics.fmean(c.tokens for c in index.chunks),
+                "build": build_stats,
+                **result,
+            }
+    report["total_s"] = time.perf_counter() - t0
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"rag_quality_{args.method}{'_' + Path(args.adapter).name if args.adapter else ''}.json"
+    suffix = ("default" if args.adapter is None else Path(args.adapter).name) + ("_build" if args.build_only else "")
+    path = args.out / f"rag_quality_{args.method}_{suffix}.json"
     path.write_text(json.dumps(report, indent=2, ensure_ascii=False))
-    print(json.dumps({k: report[k] for k in ("retrieval_hit_rate", "summary")}, indent=2))
+    for name, result in report["sets"].items():
+        print(name, json.dumps({k: result[k] for k in ("retrieval_hit_rate", "summary", "build") if k in result}))
     print(f"wrote {path}")
+
+
+def _folder_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
 if __name__ == "__main__":

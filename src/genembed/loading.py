@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .adapter_info import read_trained_for
 from .backbone.default_model import MissingModelError
 from .backbone.device import resolve_device
 from .backbone.loading import BUNDLED, hub_cache_folder, load_backbone
@@ -46,7 +47,9 @@ def load(
             adapter when ``model`` is the bundled default, a saved model's own adapter, none for any
             other model. False: none (the raw backbone). A GRIT jointly trained adapter (see
             :func:`trained_for_generation`) is used for generation too (``model.generation_adapter =
-            True``); an embedding-only adapter, like the shipped one, only for embedding.
+            True``); an embedding-only adapter, like the shipped one, only for embedding. What the adapter
+            was trained for is read from its saved training config (``model.trained_for``,
+            :mod:`genembed.adapter_info`); ``encode`` warns when asked for another method or attention.
         dtype: ``"auto"`` (default: bfloat16 where the device computes it natively, such as CPUs with
             AVX512-BF16 or AMX, else float32; see :func:`genembed.backbone.default_dtype`; the
             environment variable ``GENEMBED_DTYPE`` overrides it), ``"float32"``, ``"bfloat16"`` or
@@ -70,16 +73,21 @@ def load(
     backbone = load_backbone(model, dtype=dtype, device=device)
     if adapter is None and model is None:
         adapter = default_adapter()
-    adapter_name, joint, shipped = None, False, False
+    adapter_path, trained_for, shipped = None, None, False
     if adapter not in (None, False):
         adapter_path = Path(os.path.expanduser(str(adapter)))
         attach_adapter(backbone, adapter_path)
-        adapter_name, joint = adapter_path.name, trained_for_generation(adapter_path)
+        trained_for = read_trained_for(adapter_path)
         shipped = adapter_path.resolve() == DEFAULT_ADAPTER.resolve()
     model = GenerativeEmbedder(
-        backbone, tau=1.0 if tau is None else tau, adapter=adapter_name, center=shipped if center is None else center
+        backbone,
+        tau=1.0 if tau is None else tau,
+        adapter=adapter_path.name if adapter_path else None,
+        center=shipped if center is None else center,
     )
-    model.generation_adapter = joint
+    model.adapter_path = str(adapter_path.resolve()) if adapter_path else None
+    model.trained_for = trained_for
+    model.generation_adapter = bool(trained_for and trained_for.generation)
     return model
 
 
@@ -119,9 +127,10 @@ def _load_saved(
         ) from exc
     backbone.name = settings["backbone"]["name"]
     saved_adapter = (folder / "adapter_config.json").is_file()
-    adapter_name, joint = None, False
+    adapter_name, joint, adapter_path = None, False, None
     if adapter is None and saved_adapter:
         attach_adapter(backbone, folder)
+        adapter_path = folder
         adapter_name, joint = settings.get("adapter") or folder.name, bool(settings.get("generation_adapter"))
     elif adapter not in (None, False):
         adapter_path = Path(os.path.expanduser(str(adapter)))
@@ -136,6 +145,8 @@ def _load_saved(
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{where}: {exc}") from exc
     model.generation_adapter = joint
+    model.adapter_path = str(adapter_path.resolve()) if adapter_path else None
+    model.trained_for = read_trained_for(adapter_path) if adapter_path else None
     digest = settings.get("calibration_sha256")
     if model.center and digest and digest != calibration_digest():
         logger.warning(
@@ -151,22 +162,8 @@ def trained_for_generation(adapter_path: str | os.PathLike) -> bool:
     generative files with a positive weight. Such an adapter also runs chat, reranking and RAG; an
     embedding-only one (or one without a saved config) leaves them on the base weights.
     """
-    import yaml
-
-    for name in ("genembed_train.yaml", "training_config.yaml"):
-        path = Path(adapter_path) / name
-        if path.is_file():
-            try:
-                saved = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-            except (yaml.YAMLError, UnicodeDecodeError) as exc:
-                from ._files import DamagedFileError
-
-                raise DamagedFileError(
-                    f"{path} is not readable YAML ({exc}): the file is damaged. Copy the adapter folder again."
-                ) from exc
-            generative = saved.get("generative") or {}
-            return bool(generative.get("files")) and float(generative.get("weight", 1.0)) > 0
-    return False
+    trained_for = read_trained_for(adapter_path)
+    return bool(trained_for and trained_for.generation)
 
 
 def adapter_folder(path: str | os.PathLike, what: str = "adapter folder") -> Path:

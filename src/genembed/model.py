@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .adapter_info import TrainedFor, warn_if_untrained
 from .backbone.device import resolve_device
 from .backbone.loading import Backbone
 from .encoders.embedder import EncodeOptions, encode_texts, to_output, validate_texts
@@ -81,6 +82,10 @@ class GenerativeEmbedder:
         self.default_prompt_name = default_prompt_name
         self.similarity_fn_name = similarity_fn_name
         self.truncate_dim = truncate_dim
+        # what the adapter was trained for (its saved training config; None: unknown or no adapter) and
+        # where it lives; load() sets both (genembed.adapter_info)
+        self.trained_for: TrainedFor | None = None
+        self.adapter_path: str | None = None
 
     @property
     def name(self) -> str:
@@ -185,6 +190,10 @@ class GenerativeEmbedder:
             TypeError: an item of ``texts`` is not a string (the message names its index).
             ValueError: a bad ``steps``, ``method``, ``attention``, ``prompt_name``, ``precision`` or
                 other setting.
+
+        Warns:
+            UntrainedAdapterWarning: the loaded adapter was trained for another method or attention
+                (read from its saved training config; see :mod:`genembed.adapter_info`).
         """
         instruction = resolve_instruction(
             self.prompts,
@@ -209,6 +218,7 @@ class GenerativeEmbedder:
             max_length=max_length,
             batch_size=batch_size,
         )
+        warn_if_untrained(self.trained_for, self.adapter, options.method, options.attention)
         check_precision(precision)
         truncate_dim = self.truncate_dim if truncate_dim is None else truncate_dim
         if truncate_dim is not None and (

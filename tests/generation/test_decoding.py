@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from genembed.generation.decoding import decode_stream, sample_next
+from genembed.generation.decoding import decode_stream, repetition_processors, sample_next
 
 PROMPT = "What is the capital of France?"
 
@@ -126,3 +126,26 @@ def test_sample_next_bad_settings():
         sample_next(torch.zeros(1, 3), temperature=-1.0)
     with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\]"):
         sample_next(torch.zeros(1, 3), top_p=0.0)
+
+
+def test_repetition_processors_see_only_the_answer(tiny):
+    """The tiny model's tied head repeats the last token forever; the processors stop repeats within the
+    answer but, seeing only the answer's ids, still let it copy a prompt token."""
+    ids = _ids(tiny)
+    plain = list(decode_stream(tiny.model, ids, max_new_tokens=8))
+    assert len(set(plain)) == 1 and plain[0] == int(ids[0, -1])
+    guarded = list(decode_stream(tiny.model, ids, max_new_tokens=12, logits_processor=repetition_processors(2)))
+    assert guarded[0] == plain[0] and len(set(guarded)) > 2
+    bigrams = list(zip(guarded, guarded[1:], strict=False))
+    assert len(bigrams) == len(set(bigrams))
+    penalised = list(decode_stream(tiny.model, ids, max_new_tokens=6, logits_processor=repetition_processors(0, 1e4)))
+    assert penalised[0] == plain[0] and len(set(penalised)) == len(penalised)
+
+
+def test_repetition_processors_settings():
+    assert repetition_processors(0, 1.0) is None
+    assert len(repetition_processors(3, 1.3)) == 2
+    with pytest.raises(ValueError, match="no_repeat_ngram_size must be an int >= 0"):
+        repetition_processors(-1)
+    with pytest.raises(ValueError, match="repetition_penalty must be > 0"):
+        repetition_processors(0, 0.0)

@@ -65,3 +65,22 @@ def test_cli_errors_are_clean(model_dir, docs_file, tmp_path):
     result = _build(model_dir, [docs_file], tmp_path / "x", "--overlap", "12")
     assert result.exit_code == 2 and "--overlap (12) must be smaller" in result.output
     assert "Traceback" not in result.output
+
+
+def test_ask_refuses_kv_states_of_other_weights(model_dir, docs_file, tmp_path):
+    out = tmp_path / "idx"
+    assert _build(model_dir, [docs_file], out, "--store-kv").exit_code == 0
+    result = runner.invoke(app, ["index", "info", str(out)])
+    assert "KV made by │ tiny-model, adapter none, causal attention, generation pass" in result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["kv"]["source"]["adapter"] = "grit-joint@sha256:0123456789abcdef"  # states of other weights
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    result = runner.invoke(app, ["ask", str(out), "capital of France?", "--cache", "doc"])
+    assert result.exit_code == 2, result.output
+    expected = (
+        "stores KV states of tiny-model + adapter grit-joint@sha256:0123456789abcdef, causal attention, but the "
+        "loaded model generates with tiny-model, causal attention. Rebuild it with"
+    )
+    assert expected in " ".join(result.output.split())
+    result = runner.invoke(app, ["ask", str(out), "capital of France?", "--cache", "query", "--no-repeat-ngram", "2"])
+    assert result.exit_code == 0 and "cache=query (doc_first)" in result.output  # needs no stored states

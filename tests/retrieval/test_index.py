@@ -12,12 +12,19 @@ from genembed.retrieval.embed_kv import EmbedConfig, encode_with_kv
 from genembed.retrieval.errors import IndexCorruptedError, IndexIncompleteError, IndexVersionError
 from genembed.retrieval.index import MANIFEST, Index
 from genembed.retrieval.index_build import add_to_index, build_index
+from genembed.retrieval.segment_kv import segment_states
 
 SMALL = {"chunk_tokens": 12, "overlap": 3, "show_progress_bar": False}
 
 
 def _build(model, sources, out, **kwargs):
     return build_index(model, sources, out, **{**SMALL, **kwargs})
+
+
+def _generation_states(model, index, row):
+    """Chunk ``row``'s passage segment computed after the RAG prompt's head by the generator."""
+    tok, prompt = model.backbone.tokenizer, index.rag_prompt
+    return segment_states(model, prompt.head_ids(tok), prompt.passage_ids(tok, [index.text(row)]))[1][0]
 
 
 @pytest.mark.parametrize(
@@ -54,12 +61,12 @@ def test_index_round_trips_through_save_and_load(tiny_model, docs_file, tmp_path
     docs = encode_with_kv(tiny_model.backbone, [loaded.text(int(i)) for i in ids[0]], loaded.config, keep_kv=False)
     np.testing.assert_allclose(scores[0], docs.embeddings @ queries[0], atol=1e-5)
     assert loaded.text(0) == f"{loaded.chunk(0).title} {loaded.chunk(0).text}"
-    # KV states come back (memory-mapped, in the stored dtype) equal to the embedding pass's
-    fresh = encode_with_kv(tiny_model.backbone, [loaded.text(3)], loaded.config)
+    # KV states come back (memory-mapped, in the stored dtype) equal to the generator's pass over the passage
+    fresh = _generation_states(tiny_model, loaded, 3)
     keys, values = loaded.kv(3)
-    assert keys.dtype == torch.bfloat16 and keys.shape[2] == loaded.chunk(3).tokens
-    torch.testing.assert_close(keys.float(), fresh.kv[0][0], atol=0.05, rtol=0.02)  # bf16 rounding
-    torch.testing.assert_close(values.float(), fresh.kv[0][1], atol=0.05, rtol=0.02)
+    assert keys.dtype == torch.bfloat16 and keys.shape[2] == fresh[0].shape[2]
+    torch.testing.assert_close(keys.float(), fresh[0], atol=0.05, rtol=0.02)  # bf16 rounding
+    torch.testing.assert_close(values.float(), fresh[1], atol=0.05, rtol=0.02)
     scores, ids = loaded.search(queries[:1], k=len(loaded) + 2)  # past the end: -1 ids, as search() expects
     assert sorted(ids[0, : len(loaded)]) == list(range(len(loaded))) and list(ids[0, -2:]) == [-1, -1]
     assert np.isneginf(scores[0, -2:]).all()
@@ -78,7 +85,7 @@ def test_add_appends_chunks_and_kv(tiny_model, docs_file, more_file, tmp_path):
     new_row = n_old
     own = encode_with_kv(tiny_model.backbone, [reloaded.text(new_row)], reloaded.config)
     assert reloaded.search(own.embeddings, k=1)[1][0, 0] == new_row
-    torch.testing.assert_close(reloaded.kv(new_row)[0], own.kv[0][0], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(reloaded.kv(new_row)[0], _generation_states(tiny_model, reloaded, new_row)[0])
     torch.testing.assert_close(reloaded.kv(0)[0], base.kv(0)[0])
     with pytest.raises(ValueError, match="document id 'retrieve' is already in the index"):
         add_to_index(tiny_model, tmp_path / "idx", [more_file], show_progress_bar=False)
@@ -259,3 +266,8 @@ def test_index_belongs_to_its_model(built):
     other = GenerativeEmbedder(tiny_backbone(seed=1))
     with pytest.raises(ValueError, match="was built with model 'tiny-llama-0'"):
         Index.load(built).encode_queries(other, ["x"])
+
+
+def test_kv_store_reads_lengths_from_the_header(tiny_model, docs_file, tmp_path):
+    index = _build(tiny_model, [docs_file], tmp_path / "idx", store_kv=True)
+    assert [index.kv_store.tokens(r) for r in range(len(index))] == [index.kv(r)[0].shape[2] for r in range(len(index))]

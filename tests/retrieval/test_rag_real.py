@@ -45,12 +45,41 @@ def test_doc_caching_matches_plain_rag_and_answers(real_model, real_index):
 def test_cached_passages_are_placed_by_rotating_their_keys(real_model, real_index):
     query, sources = retrieve(real_model, real_index, "What is the capital of France?", top_k=3, keep_query_kv=True)
     context = build_context(real_model, real_index, query, sources, mode="querydoc")
-    lm = real_model.backbone.model
-    _, start, stop, cached = context.layout[2]  # the second passage, after the query and the first passage
-    assert cached and start > 0
-    ids = real_index.config.prompt_ids(real_model.backbone.tokenizer, [real_index.text(sources[1].row)], "doc")[0]
-    keys, values = encode_segment(lm, ids, attention="causal", offset=start)
+    lm, tok = real_model.backbone.model, real_model.backbone.tokenizer
+    assert [name for name, *_ in context.layout[:2]] == ["head", "query"]
+    _, start, stop, cached = context.layout[3]  # the second passage, after the query and the first passage
+    head = real_index.rag_prompt.head_ids(tok)
+    ids = real_index.rag_prompt.passage_ids(tok, [real_index.text(sources[1].row)])[0]
+    keys, values = encode_segment(lm, head + ids, attention="causal", offset=start - len(head))
     layer_keys = torch.stack([k[0, :, start:stop] for k, _ in cache_layers(context.cache)])
     layer_values = torch.stack([v[0, :, start:stop] for _, v in cache_layers(context.cache)])
-    torch.testing.assert_close(layer_keys, keys, atol=0.05, rtol=0.01)  # float16 storage
-    torch.testing.assert_close(layer_values, values, atol=0.05, rtol=0.01)
+    assert cached and stop - start == len(ids)
+    torch.testing.assert_close(layer_keys, keys[:, :, len(head) :], atol=0.05, rtol=0.01)  # float16 storage
+    torch.testing.assert_close(layer_values, values[:, :, len(head) :], atol=0.05, rtol=0.01)
+
+
+EIFFEL = [
+    {"id": "eiffel", "title": "Eiffel Tower", "text": "The Eiffel Tower is a wrought-iron lattice tower on the Champ "
+     "de Mars in Paris. It was designed by the company of Gustave Eiffel and was completed in 1889 as the entrance "
+     "arch of the World's Fair."},
+    {"id": "banana", "title": "Banana", "text": "A banana is an elongated, edible fruit produced by large herbaceous "
+     "flowering plants. Bananas are rich in potassium."},
+    {"id": "everest", "title": "Mount Everest", "text": "Mount Everest is the highest mountain above sea level, in the "
+     "Mahalangur Himal sub-range of the Himalayas. Its elevation is 8,849 metres."},
+]  # fmt: skip
+
+
+def test_the_default_model_answers_from_the_passage_in_every_doc_first_mode(default_model, tmp_path):
+    """The issue's example with default settings: the shipped GIRCSE adapter embeds, the base weights
+    generate from KV states stored by a second pass. querydoc (the query first, GRIT's layout) is left
+    out: with the question before the passages the 135M model rarely copies the answer (docs/rag.md)."""
+    (tmp_path / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in EIFFEL))
+    index = build_index(
+        default_model, [tmp_path / "docs.jsonl"], tmp_path / "idx", store_kv=True, show_progress_bar=False
+    )
+    assert index.kv_source["adapter"] == "none" and index.kv_source["pass"] == "generation"
+    for mode in ("none", "query", "doc", "docquery"):
+        answer = ask(
+            default_model, index, "In which year was the Eiffel Tower completed?", cache=mode, max_new_tokens=40
+        )
+        assert answer.sources[0].doc_id == "eiffel" and "1889" in answer.text, (mode, answer.text)

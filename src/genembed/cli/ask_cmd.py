@@ -15,10 +15,11 @@ def ask(
     index_dir: Annotated[Path, typer.Argument(help="an index folder from `genembed index build`")],
     question: Annotated[str, typer.Argument(help="the question")],
     cache: Annotated[
-        str, typer.Option("--cache", help="KV reuse: none, query, doc, querydoc or docquery (doc* need --store-kv)")
+        str,
+        typer.Option("--cache", help="KV reuse: none, query, doc, querydoc or docquery (doc ones need --store-kv)"),
     ] = "none",
     order: Annotated[
-        str | None, typer.Option("--order", help="with --cache none: query_first (default) or doc_first")
+        str | None, typer.Option("--order", help="doc_first (default) or query_first; querydoc/docquery fix it")
     ] = None,
     rerank: Annotated[bool, typer.Option("--rerank", help="rerank retrieved passages generatively")] = False,
     top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="passages put in the prompt")] = 3,
@@ -26,6 +27,13 @@ def ask(
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", min=1, help="answer length limit")] = 128,
     temperature: Annotated[float, typer.Option("--temperature", min=0.0, help="0 = greedy")] = 0.0,
     seed: Annotated[int | None, typer.Option("--seed", help="seed for sampling")] = None,
+    no_repeat_ngram: Annotated[
+        int | None,
+        typer.Option("--no-repeat-ngram", min=0, help="no n-gram of this size twice in the answer (0: off; default 4)"),
+    ] = None,
+    repetition_penalty: Annotated[
+        float, typer.Option("--repetition-penalty", min=0.01, help="penalise tokens already in the answer (1: off)")
+    ] = 1.0,
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
     dtype: DtypeOpt = "auto",
@@ -69,6 +77,8 @@ def ask(
             max_new_tokens=max_new_tokens,
             temperature=temperature,
             seed=seed,
+            repetition_penalty=repetition_penalty,
+            **({} if no_repeat_ngram is None else {"no_repeat_ngram_size": no_repeat_ngram}),
             on_text=lambda piece: console.print(piece, end="", markup=False, highlight=False),
         )
     except ValueError as exc:

@@ -41,7 +41,10 @@ def build(
     sources: SourcesArg,
     out: Annotated[Path, typer.Option("--out", "-o", help="index folder to create")],
     store_kv: Annotated[
-        bool, typer.Option("--store-kv", help="store each chunk's KV states (for --cache doc)")
+        bool,
+        typer.Option(
+            "--store-kv", help="store each chunk's KV states from the generator's causal pass (for --cache doc)"
+        ),
     ] = False,
     chunk_tokens: Annotated[int, typer.Option("--chunk-tokens", min=1, help="document tokens per chunk")] = 256,
     overlap: Annotated[int, typer.Option("--overlap", min=0, help="tokens shared by consecutive chunks")] = 32,
@@ -155,14 +158,21 @@ def _print_info(index: Any) -> None:
     table.add_row("embedding", f"{config.method}{steps}, {config.segment_attention} attention")
     chunking = manifest["chunking"]
     table.add_row("chunking", f"{chunking['chunk_tokens']} tokens, overlap {chunking['overlap']}")
-    tokens = sum(c.tokens for c in index.chunks)
     if index.has_kv:
         kv, size = manifest["kv"], index.kv_store.nbytes
+        tokens = sum(index.kv_store.tokens(c.row) for c in index.chunks)
         per_token = size / max(tokens, 1)
         table.add_row(
             "KV states",
             f"{kv['dtype']}, {kv['layers']} layers x {kv['kv_heads']} KV heads x {kv['head_dim']}: "
             f"{size / 1e6:,.1f} MB on disk, {per_token:,.0f} B/token, {size / max(len(index), 1) / 1e3:,.0f} kB/chunk",
+        )
+        source = kv.get("source")
+        table.add_row(
+            "KV made by",
+            f"{source['backbone']}, adapter {source['adapter']}, {source['attention']} attention, {source['pass']} pass"
+            if source
+            else "unrecorded (an older index: rebuild with --store-kv to use doc caching)",
         )
     else:
         table.add_row("KV states", "not stored (rebuild with --store-kv for --cache doc/querydoc/docquery)")

@@ -16,7 +16,7 @@ import torch
 
 from ..backbone.attention import run_decoder
 
-__all__ = ["decode_stream", "lm_head", "sample_next"]
+__all__ = ["decode_stream", "lm_head", "repetition_processors", "sample_next"]
 
 
 def lm_head(model: Any) -> torch.nn.Module:
@@ -68,6 +68,32 @@ def sample_next(
     return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
 
 
+def repetition_processors(no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0) -> Any:
+    """transformers logits processors against repetition, or None when both are off.
+
+    Args:
+        no_repeat_ngram_size: ban any token that would complete an n-gram of this size already in the
+            sequence they are given (``NoRepeatNGramLogitsProcessor``); 0 turns it off.
+        repetition_penalty: divide positive (multiply negative) logits of tokens already in the sequence
+            by this (``RepetitionPenaltyLogitsProcessor``, CTRL); 1.0 turns it off.
+
+    Raises:
+        ValueError: a negative n-gram size or a penalty <= 0.
+    """
+    if isinstance(no_repeat_ngram_size, bool) or not isinstance(no_repeat_ngram_size, int) or no_repeat_ngram_size < 0:
+        raise ValueError(f"no_repeat_ngram_size must be an int >= 0, got {no_repeat_ngram_size!r}")
+    if not repetition_penalty > 0:
+        raise ValueError(f"repetition_penalty must be > 0, got {repetition_penalty}")
+    from transformers import LogitsProcessorList, NoRepeatNGramLogitsProcessor, RepetitionPenaltyLogitsProcessor
+
+    processors = LogitsProcessorList()
+    if no_repeat_ngram_size:
+        processors.append(NoRepeatNGramLogitsProcessor(no_repeat_ngram_size))
+    if repetition_penalty != 1.0:
+        processors.append(RepetitionPenaltyLogitsProcessor(repetition_penalty))
+    return processors or None
+
+
 @torch.no_grad()
 def decode_stream(
     model: Any,
@@ -81,6 +107,7 @@ def decode_stream(
     top_p: float = 1.0,
     eos_token_ids: set[int] | frozenset[int] = frozenset(),
     generator: torch.Generator | None = None,
+    logits_processor: Any = None,
 ) -> Iterator[int]:
     """Yield generated token ids one at a time (batch 1, causal attention).
 
@@ -101,6 +128,9 @@ def decode_stream(
         top_p: nucleus sampling threshold; see :func:`sample_next`.
         eos_token_ids: generation stops when one of these is produced (it is not yielded).
         generator: a seeded ``torch.Generator`` for reproducible sampling.
+        logits_processor: transformers logits processors (e.g. :func:`repetition_processors`), called
+            with the ids generated so far, *not* the prompt (so a repetition penalty does not discourage
+            copying from the prompt), before each token after the first is picked.
 
     Yields:
         Generated token ids (python ints).
@@ -135,6 +165,7 @@ def decode_stream(
     head = lm_head(model)
     eos = frozenset(int(t) for t in eos_token_ids)
     ids, positions = input_ids, position_ids
+    generated: list[int] = []
     for step in range(max_new_tokens):
         out = run_decoder(
             model,
@@ -146,9 +177,12 @@ def decode_stream(
             use_cache=True,
         )
         logits = head(out.last_hidden_state[:, -1])  # (1, V)
+        if logits_processor is not None and generated:
+            logits = logits_processor(torch.tensor([generated], device=device), logits)
         token = int(sample_next(logits, temperature=temperature, top_p=top_p, generator=generator)[0])
         if token in eos:
             return
+        generated.append(token)
         yield token
         if step + 1 == max_new_tokens:
             return

@@ -1,33 +1,38 @@
 """How a RAG prompt is laid out, and which of its parts come from cached KV states.
 
-The prompt is a row of *segments* followed by a short chat *tail*:
+The prompt is a *head*, a row of *segments* and a short chat *tail* (their text:
+:mod:`genembed.retrieval.rag_prompt`):
 
-    query_first:  [query] [passage 1] ... [passage k] [tail]
-    doc_first:    [passage 1] ... [passage k] [query] [tail]
+    doc_first:    [head] [passage 1] ... [passage k] [query] [tail]
+    query_first:  [head] [query] [passage 1] ... [passage k] [tail]
 
-A segment's tokens are exactly the tokens of its embedding prompt (for a passage: ``title + " " + text``
-in the index's prompt format; for the query: its instruction and text), so its KV states from the
-embedding pass can stand in for computing it again. The tail is a chat turn asking for the answer and
-ends with the assistant prompt.
+Caching modes (GRIT's names) say which segments come from KV states made before the question was
+asked; the order says where they sit:
 
-Caching modes (GRIT's names):
+==========  ====================  ====================================================
+mode        order                 cached (head included) / computed when answering
+==========  ====================  ====================================================
+none        doc_first (default)   nothing cached; every token computed causally
+            or query_first
+query       doc_first (default)   query cached; passages, then tail computed
+            or query_first
+doc         doc_first (default)   passages cached; query and tail computed
+            or query_first
+querydoc    query_first           query and passages cached; only the tail computed
+docquery    doc_first             passages and query cached; only the tail computed
+==========  ====================  ====================================================
 
-==========  ===========  ===========================================================
-mode        order        from the embedding passes / computed when generating
-==========  ===========  ===========================================================
-none        either       nothing cached; every token computed causally in one pass
-query       query_first  query cached; passages and tail computed
-doc         doc_first    passages cached; query and tail computed
-querydoc    query_first  query and passages cached; only the tail computed
-docquery    doc_first    passages and query cached; only the tail computed
-==========  ===========  ===========================================================
+GRIT puts the query first for query caching; with the bundled 135M model, answers with the question
+first were right far less often (docs/rag.md), so every mode that allows it defaults to doc_first.
 
-Placement: segments sit back to back from position 0. A cached segment was computed alone at positions
-``0..L-1``; its keys are rotated to its place (``shift_keys``), values are reused unchanged. What caching
-changes, and costs in quality: (1) a cached segment did not attend to the segments before it (each was
-encoded alone), and (2) with a bidirectional embedding method (``grit``) its tokens also attended to the
-tokens after them within the segment, which causal generation never does. The first segment at
-position 0 with a causal method is exact: its states equal those of a full causal pass.
+A cached segment's states come from one causal pass of the generation weights over ``head + segment``
+(:mod:`genembed.retrieval.segment_kv`): positions ``h .. h + L - 1``. Segments sit back to back after
+the head; a cached segment's keys are rotated from where they were computed to their place
+(``shift_keys``), values are reused unchanged. Computed segments before a cached one are run into
+the cache first (e.g. ``query`` in doc_first order: passages computed, then the query's states
+appended). What caching changes: a cached segment attended to the head but not to the segments
+before it (isolation). The first segment after the head is exact: its states equal those of a full
+causal pass (tested to 1e-4 in float32).
 """
 
 from __future__ import annotations
@@ -37,19 +42,20 @@ from typing import Any
 
 import torch
 
+from ..backbone.attention import run_decoder
 from .kv_ops import KV, build_cache, shift_keys
 
-__all__ = ["MODES", "ORDERS", "Context", "Segment", "assemble", "mode_layout", "tail_ids"]
+__all__ = ["MODES", "ORDERS", "Context", "Segment", "assemble", "mode_layout"]
 
 MODES = ("none", "query", "doc", "querydoc", "docquery")
-ORDERS = ("query_first", "doc_first")
-_MODE_LAYOUT = {  # mode -> (order, query cached, passages cached)
-    "query": ("query_first", True, False),
-    "querydoc": ("query_first", True, True),
-    "doc": ("doc_first", False, True),
-    "docquery": ("doc_first", True, True),
+ORDERS = ("doc_first", "query_first")
+_MODE_LAYOUT = {  # mode -> (default order, order fixed by the name, query cached, passages cached)
+    "none": ("doc_first", False, False, False),
+    "query": ("doc_first", False, True, False),
+    "doc": ("doc_first", False, False, True),
+    "querydoc": ("query_first", True, True, True),
+    "docquery": ("doc_first", True, True, True),
 }
-TAIL_INSTRUCTION = "Answer the question above using the passages."
 
 
 def mode_layout(mode: str, order: str | None = None) -> tuple[str, bool, bool]:
@@ -57,7 +63,8 @@ def mode_layout(mode: str, order: str | None = None) -> tuple[str, bool, bool]:
 
     Args:
         mode: one of :data:`MODES`.
-        order: only for ``none``: ``query_first`` (default, as in GritLM) or ``doc_first``.
+        order: ``doc_first`` or ``query_first``; None for the mode's default. ``querydoc`` and
+            ``docquery`` fix it by their names.
 
     Raises:
         ValueError: an unknown mode or order, or an order that contradicts the mode.
@@ -66,21 +73,21 @@ def mode_layout(mode: str, order: str | None = None) -> tuple[str, bool, bool]:
         raise ValueError(f"cache mode must be one of {', '.join(MODES)}, got {mode!r}")
     if order is not None and order not in ORDERS:
         raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
-    if mode == "none":
-        return order or "query_first", False, False
-    layout = _MODE_LAYOUT[mode]
-    if order is not None and order != layout[0]:
-        raise ValueError(f"cache mode {mode!r} puts the {layout[0].replace('_first', '')} first; order={order!r}")
-    return layout
+    default, fixed, query_cached, docs_cached = _MODE_LAYOUT[mode]
+    if fixed and order is not None and order != default:
+        raise ValueError(f"cache mode {mode!r} puts the {default.replace('_first', '')} first; order={order!r}")
+    return order or default, query_cached, docs_cached
 
 
 @dataclass
 class Segment:
-    """One segment: its token ids and, when it comes from a cache, its KV states at positions ``0..L-1``."""
+    """One segment: its token ids and, when it comes from a cache, its KV states computed at positions
+    ``at .. at + L - 1`` (``at`` = the head's length for a segment computed after the head)."""
 
     name: str
     ids: list[int]
     kv: KV | None = None
+    at: int = 0
 
 
 @dataclass
@@ -88,79 +95,99 @@ class Context:
     """A RAG prompt ready for decoding.
 
     Attributes:
-        cache: a transformers cache with the cached segments at their positions (None when nothing is cached).
-        fresh_ids: the tokens to compute when generating (segments not cached, then the tail).
-        cached_tokens: positions held by ``cache``.
+        cache: a transformers cache holding every position before ``fresh_ids`` (None when empty).
+        fresh_ids: the tokens left to compute when generating (the last computed segments, then the tail).
+        cached_tokens: positions whose states came from KV states made beforehand (not computed here).
         layout: ``(name, start, stop, cached)`` per segment and for the tail, in prompt order.
+        prefilled: computed positions already in ``cache`` (segments before a cached one).
     """
 
     cache: Any
     fresh_ids: list[int]
     cached_tokens: int
     layout: list[tuple[str, int, int, bool]]
+    prefilled: int = 0
+
+    @property
+    def past_tokens(self) -> int:
+        """Positions held by ``cache``."""
+        return self.cached_tokens + self.prefilled
 
     @property
     def total_tokens(self) -> int:
-        return self.cached_tokens + len(self.fresh_ids)
-
-
-def tail_ids(tokenizer: Any) -> list[int]:
-    """The closing chat turn: a newline, a user turn asking for the answer, and the assistant prompt.
-
-    The turn is rendered by the tokenizer's chat template without a system turn (on a small seeded
-    sample of WikiQA questions the default model answered better without one; see docs/rag.md).
-    Without a chat template the tail is plain text ending in ``Answer:``.
-    """
-    if not getattr(tokenizer, "chat_template", None):
-        return tokenizer(f"\n\n{TAIL_INSTRUCTION}\nAnswer:", add_special_tokens=False)["input_ids"]
-    system = [{"role": "system", "content": ""}]
-    user = [*system, {"role": "user", "content": TAIL_INSTRUCTION}]
-    with_user = tokenizer.apply_chat_template(user, tokenize=False, add_generation_prompt=True)
-    system_only = tokenizer.apply_chat_template(system, tokenize=False)
-    # rendered alone, a user turn would get the template's default system prompt (SmolLM2 adds one)
-    turn = with_user[len(system_only) :] if with_user.startswith(system_only) else with_user
-    return tokenizer("\n" + turn, add_special_tokens=False)["input_ids"]
+        return self.past_tokens + len(self.fresh_ids)
 
 
 def assemble(model: Any, segments: list[Segment], tail: list[int]) -> Context:
-    """Place segments back to back from position 0 and split them into cache and fresh tokens.
+    """Place segments back to back from position 0 and build the cache up to the last cached segment.
 
-    Cached segments (those with ``kv``) must come first; their keys are rotated from ``0..L-1`` to
-    their place and all states cast to the model's dtype.
+    Cached segments (those with ``kv``) have their keys rotated from where they were computed
+    (``Segment.at``) to their place and are cast to the model's dtype; computed segments before a
+    cached one are run through ``model`` (causal) into the cache first. Run it with the generation
+    weights active (:func:`~genembed.generation.adapters.adapter_mode`).
 
     Raises:
-        ValueError: a cached segment after a fresh one, or states whose length is not the segment's.
+        ValueError: states whose length is not the segment's.
     """
     dtype = next(model.parameters()).dtype
-    states: list[KV] = []
+    device = next(model.parameters()).device
+    cache, past, cached_tokens = None, 0, 0
     layout: list[tuple[str, int, int, bool]] = []
-    fresh: list[int] = []
-    offset = 0
+    pending: list[int] = []
     for seg in segments:
+        if not seg.ids:  # e.g. a prompt without a head
+            continue
         cached = seg.kv is not None
         if cached:
-            if fresh:
-                raise ValueError(f"cached segment {seg.name!r} follows a computed one: cached segments come first")
             keys, values = seg.kv  # type: ignore[misc]
             if keys.shape[2] != len(seg.ids) or values.shape[2] != len(seg.ids):
                 raise ValueError(f"segment {seg.name!r}: {keys.shape[2]} cached positions for {len(seg.ids)} tokens")
-            keys, values = keys.to(dtype), values.to(dtype)
-            states.append((shift_keys(model, keys, offset), values))
+            if pending:
+                cache = _prefill(model, cache, pending, past)
+                past, pending = past + len(pending), []
+            keys = shift_keys(model, keys.to(dtype), past - seg.at).to(device)
+            cache = _append(cache, keys, values.to(dtype).to(device))
+            past, cached_tokens = past + len(seg.ids), cached_tokens + len(seg.ids)
         else:
-            fresh.extend(seg.ids)
-        layout.append((seg.name, offset, offset + len(seg.ids), cached))
-        offset += len(seg.ids)
-    layout.append(("tail", offset, offset + len(tail), False))
-    fresh.extend(tail)
-    cached_tokens = sum(k.shape[2] for k, _ in states)
+            pending.extend(seg.ids)
+        start = layout[-1][2] if layout else 0
+        layout.append((seg.name, start, start + len(seg.ids), cached))
+    start = layout[-1][2] if layout else 0
+    layout.append(("tail", start, start + len(tail), False))
+    return Context(cache, pending + list(tail), cached_tokens, layout, prefilled=past - cached_tokens)
+
+
+def _append(cache: Any, keys: torch.Tensor, values: torch.Tensor) -> Any:
+    """``cache`` with ``(layers, H, L, Dh)`` states appended (a new cache when ``cache`` is None)."""
+    if cache is None:
+        return build_cache([(keys, values)])
+    for layer in range(keys.shape[0]):
+        cache.update(keys[layer][None], values[layer][None], layer)
+    return cache
+
+
+@torch.inference_mode()
+def _prefill(model: Any, cache: Any, ids: list[int], past: int) -> Any:
+    """Run ``ids`` at positions ``past ..`` causally on top of ``cache``; return the extended cache."""
+    from transformers import DynamicCache
+
+    cache = cache if cache is not None else DynamicCache()
     device = next(model.parameters()).device
-    cache = build_cache([(k.to(device), v.to(device)) for k, v in states]) if states else None
-    return Context(cache, fresh, cached_tokens, layout)
+    input_ids = torch.tensor([ids], dtype=torch.long, device=device)
+    run_decoder(
+        model,
+        input_ids=input_ids,
+        attention_mask=torch.ones((1, past + len(ids)), dtype=torch.long, device=device),
+        position_ids=torch.arange(past, past + len(ids), device=device)[None],
+        cache=cache,
+        use_cache=True,
+    )
+    return cache
 
 
 def fresh_input(context: Context, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(input_ids, attention_mask, position_ids)`` for decoding ``context.fresh_ids`` after its cache."""
-    n, past = len(context.fresh_ids), context.cached_tokens
+    n, past = len(context.fresh_ids), context.past_tokens
     input_ids = torch.tensor([context.fresh_ids], dtype=torch.long, device=device)
     mask = torch.ones((1, past + n), dtype=torch.long, device=device)
     positions = torch.arange(past, past + n, device=device)[None]

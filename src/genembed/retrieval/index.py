@@ -29,6 +29,7 @@ from .embed_kv import EmbedConfig
 from .errors import IndexCorruptedError, IndexIncompleteError, IndexVersionError, rebuild_hint
 from .kv_ops import KV
 from .kv_store import KVStore
+from .rag_prompt import RagPrompt
 
 __all__ = ["BUILD_DIR", "FORMAT_VERSION", "MANIFEST", "ChunkRecord", "Index"]
 
@@ -197,16 +198,30 @@ class Index:
     def has_kv(self) -> bool:
         return self.kv_store is not None
 
-    def kv(self, i: int) -> KV:
-        """Chunk ``i``'s stored ``(keys, values)``, ``(layers, kv_heads, tokens, head_dim)``, memory-mapped."""
+    def kv(self, i: int, *, tokens: int | None = None) -> KV:
+        """Chunk ``i``'s stored ``(keys, values)``, ``(layers, kv_heads, tokens, head_dim)``, memory-mapped.
+
+        Args:
+            i: the chunk's row.
+            tokens: the length its passage segment has in the RAG prompt; checked when given.
+        """
         if self.kv_store is None:
             raise ValueError(f"index {self.path} stores no KV states: rebuild it with --store-kv for doc caching")
         keys, values = self.kv_store.get(i)
-        if keys.shape[2] != self.chunks[i].tokens:
-            raise IndexCorruptedError(
-                f"chunk {i}: {keys.shape[2]} stored KV positions, expected {self.chunks[i].tokens}"
-            )
+        if tokens is not None and keys.shape[2] != tokens:
+            raise IndexCorruptedError(f"chunk {i}: {keys.shape[2]} stored KV positions, its passage has {tokens}")
         return keys, values
+
+    @property
+    def kv_source(self) -> dict[str, Any] | None:
+        """Which weights, attention and prompt made the stored KV states (:mod:`~genembed.retrieval.kv_source`)."""
+        return (self.manifest.get("kv") or {}).get("source")
+
+    @property
+    def rag_prompt(self) -> RagPrompt:
+        """The RAG prompt the stored KV states were made for (the default one for an index without them)."""
+        stored = (self.kv_source or {}).get("prompt")
+        return RagPrompt.from_dict(stored) if stored else RagPrompt()
 
     def __repr__(self) -> str:
         kv = f", kv={self.manifest['kv']['dtype']}" if self.has_kv else ""

@@ -20,11 +20,14 @@ from typing import Any
 import numpy as np
 
 from .._files import atomic_write_json, atomic_write_npy, file_digest, read_npy
-from ..generation.adapters import kv_reuse_problem
+from ..adapter_info import warn_if_untrained
 from .chunking import Chunk, chunk_documents, read_sources
 from .embed_kv import EmbedConfig, encode_with_kv
 from .index import BUILD_DIR, MANIFEST, ChunkRecord, Index, commit
+from .kv_source import check_kv_source, kv_source
 from .kv_store import KVGeometry, dtype_name, resolve_kv_dtype, write_kv_shard
+from .rag_prompt import RagPrompt
+from .segment_kv import reusable_prefix, same_weights, segment_states
 
 __all__ = ["add_to_index", "build_index"]
 
@@ -47,6 +50,7 @@ def build_index(
     overwrite: bool = False,
     show_progress_bar: bool = True,
     model_ref: dict[str, str | None] | None = None,
+    prompt: RagPrompt | None = None,
 ) -> Index:
     """Read, chunk and embed ``sources`` into a new index at ``out`` (resuming an interrupted build).
 
@@ -58,7 +62,11 @@ def build_index(
             to ``chunk_tokens + 256`` tokens so that titles and the template fit).
         chunk_tokens: tokens of document text per chunk.
         overlap: tokens shared by consecutive chunks of a document.
-        store_kv: also store each chunk's KV states from its embedding pass (for doc caching).
+        store_kv: also store each chunk's KV states from the generator's own causal pass (for doc
+            caching): taken from the embedding pass when it is that pass (same weights, causal attention,
+            an embedding prompt that starts with the passage's RAG segment), else computed in a second
+            pass with the generation weights, shard by shard. Which weights, attention and prompt made
+            them is recorded in the manifest (``kv.source``) and checked by ``ask``.
         kv_dtype: ``float32``, ``float16`` or ``bfloat16`` storage for the KV states.
         batch_size: chunks per forward pass.
         shard_size: chunks per resumable unit (default 64 with KV states, 1024 without).
@@ -66,23 +74,23 @@ def build_index(
         show_progress_bar: show a progress bar.
         model_ref: how to load the model again (``{"model": ..., "adapter": ...}`` as given to
             :func:`genembed.load`); stored so ``genembed ask`` can default to it.
+        prompt: the RAG prompt the KV states are made for (default :class:`RagPrompt`).
 
     Raises:
         FileExistsError: ``out`` holds an index (and ``overwrite`` is False) or unrelated files.
         SourceError: a source cannot be read (the message names file, line and field).
-        ValueError: ``store_kv`` with a model whose KV states generation cannot reuse (an embedding-only
-            adapter; see :func:`~genembed.generation.adapters.kv_reuse_problem`).
+
+    Warns:
+        UntrainedAdapterWarning: the model's adapter was not trained for the embedding method.
     """
-    problem = kv_reuse_problem(model) if store_kv else None
-    if problem:
-        raise ValueError(f"{problem}; or build without stored KV states.")
     out = Path(out)
     config = config or EmbedConfig(
         tau=getattr(model, "tau", 1.0),
         max_length=chunk_tokens + _TEMPLATE_ROOM,
         center=getattr(model, "center", False),
     )
-    config.options()  # validate before any work
+    options = config.options()  # validate before any work
+    warn_if_untrained(getattr(model, "trained_for", None), getattr(model, "adapter", None), **_method(options))
     _prepare_folder(out, overwrite)
     chunks = chunk_documents(
         read_sources(sources), model.backbone.tokenizer, chunk_tokens=chunk_tokens, overlap=overlap
@@ -95,6 +103,10 @@ def build_index(
         "kv": {"dtype": dtype_name(resolve_kv_dtype(kv_dtype)), **vars(geometry)} if store_kv else None,
         "sources": [str(s) for s in sources],
     }
+    if store_kv:
+        prompt = prompt or RagPrompt()
+        reused = _embedding_pass_reusable(model, config, prompt, [c.embed_text for c in chunks])
+        manifest["kv"]["source"] = kv_source(model, prompt, reused=reused)
     return _run(model, out, None, chunks, manifest, batch_size, shard_size, show_progress_bar)
 
 
@@ -111,9 +123,12 @@ def add_to_index(
 
     Raises:
         ValueError: a document id is already in the index, or ``model`` is not the index's model.
+        KVSourceError: the index stores KV states of other generation weights than ``model``'s.
     """
     base = Index.load(index_dir)
     base.check_model(model)
+    if base.has_kv:
+        check_kv_source(base.kv_source, model, base.rag_prompt, index=base.path)
     chunking = base.manifest["chunking"]
     docs = read_sources(sources)
     known = {c.doc_id: c.source for c in base.chunks}
@@ -170,6 +185,10 @@ def _run(
     state = _load_state(build, fingerprint)
     n_shards = (len(records) + shard_size - 1) // shard_size
     kv_dtype = resolve_kv_dtype(kv_info["dtype"]) if kv_info else None
+    prompt = RagPrompt.from_dict(kv_info["source"]["prompt"]) if kv_info else RagPrompt()
+    tokenizer = model.backbone.tokenizer
+    head = prompt.head_ids(tokenizer)
+    reuse = kv_info is not None and _embedding_pass_reusable(model, config, prompt, texts)
     from tqdm.auto import tqdm
 
     done_chunks = sum(min(shard_size, len(records) - j * shard_size) for j in state["done"])
@@ -180,21 +199,32 @@ def _run(
             if j in state["done"]:
                 continue
             part = records[j * shard_size : (j + 1) * shard_size]
+            part_texts = [r.embed_text for r in part]
             encoded = encode_with_kv(
                 model.backbone,
-                [r.embed_text for r in part],
+                part_texts,
                 config,
                 kind="doc",
-                keep_kv=kv_info is not None,
+                keep_kv=reuse,
                 batch_size=batch_size,
                 kv_dtype=kv_dtype,
             )
             if kv_info is not None:
+                segments = prompt.passage_ids(tokenizer, part_texts)
+                if reuse:  # the embedding pass was the generator's: its positions h .. h + L - 1
+                    h = len(head)
+                    kv = encoded.kv or []
+                    states = [
+                        (k[:, :, h : h + len(s)], v[:, :, h : h + len(s)])
+                        for (k, v), s in zip(kv, segments, strict=True)
+                    ]
+                else:  # a second, causal pass with the generation weights
+                    states = segment_states(model, head, segments, batch_size=batch_size, kv_dtype=kv_dtype)[1]
                 name = f"kv/{generation:05d}-{j:05d}.safetensors"
                 size = write_kv_shard(
                     path / name,
                     [r.row for r in part],
-                    encoded.kv,  # type: ignore[arg-type]
+                    states,
                     dtype=kv_dtype,  # type: ignore[arg-type]
                     metadata={"model": model.name, "format": "genembed-kv"},
                 )
@@ -225,6 +255,22 @@ def _run(
     )
     shutil.rmtree(build, ignore_errors=True)
     return index
+
+
+def _method(options: Any) -> dict[str, str]:
+    return {"method": options.method, "attention": options.attention}
+
+
+def _embedding_pass_reusable(model: Any, config: EmbedConfig, prompt: RagPrompt, texts: list[str]) -> bool:
+    """Whether the chunks' embedding pass is the generator's own pass over ``head + passage segment``:
+    same weights, causal attention, and every embedding prompt starting with those tokens."""
+    if not same_weights(model) or config.segment_attention != "causal":
+        return False
+    tokenizer = model.backbone.tokenizer
+    head = prompt.head_ids(tokenizer)
+    embed_ids = config.prompt_ids(tokenizer, texts, "doc")
+    segments = prompt.passage_ids(tokenizer, texts)
+    return all(reusable_prefix(e, head, s) for e, s in zip(embed_ids, segments, strict=True))
 
 
 def _fingerprint(manifest: dict[str, Any], generation: int, shard_size: int, records: list[ChunkRecord]) -> str:

@@ -120,12 +120,10 @@ class KVStore:
     def __contains__(self, row: int) -> bool:
         return any(s["start"] <= row < s["stop"] for s in self.shards)
 
-    def get(self, row: int) -> KV:
-        """Chunk ``row``'s ``(keys, values)``, ``(layers, kv_heads, tokens, head_dim)``, memory-mapped."""
+    def _handle(self, row: int) -> tuple[str, Any]:
         from safetensors import safe_open
 
-        shard = self._shard_of(row)
-        name = shard["file"]
+        name = self._shard_of(row)["file"]
         if name not in self._handles:
             path = self.root / name
             try:
@@ -134,6 +132,15 @@ class KVStore:
                 raise IndexCorruptedError(
                     f"KV shard {path} cannot be opened: {exc}. {rebuild_hint(self.root)}"
                 ) from exc
+        return name, self._handles[name]
+
+    def tokens(self, row: int) -> int:
+        """How many positions chunk ``row``'s states hold (read from the shard header, no data)."""
+        return int(self._handle(row)[1].get_slice(str(row)).get_shape()[3])
+
+    def get(self, row: int) -> KV:
+        """Chunk ``row``'s ``(keys, values)``, ``(layers, kv_heads, tokens, head_dim)``, memory-mapped."""
+        name, _ = self._handle(row)
         try:
             both = self._handles[name].get_tensor(str(row))  # (2, layers, H, L, Dh), backed by the mapped file
         except Exception as exc:

@@ -19,15 +19,36 @@ from typing import Any
 
 import torch
 
-from ..generation.adapters import adapter_mode, each_step_in, kv_reuse_problem
+from ..generation.adapters import adapter_mode, each_step_in
 from ..generation.chat import eos_token_ids
-from ..generation.decoding import decode_stream
+from ..generation.decoding import decode_stream, repetition_processors
 from ..generation.detokenize import stream_pieces
-from .context import Context, Segment, assemble, fresh_input, mode_layout, tail_ids
-from .embed_kv import EncodedTexts, encode_with_kv
+from .context import Context, Segment, assemble, fresh_input, mode_layout
+from .embed_kv import encode_with_kv
 from .index import Index
+from .kv_ops import KV
+from .kv_source import check_kv_source
+from .rag_prompt import RagPrompt
+from .segment_kv import reusable_prefix, same_weights, segment_states
 
-__all__ = ["Answer", "Source", "ask", "build_context", "retrieve"]
+__all__ = ["Answer", "Query", "Source", "ask", "build_context", "retrieve"]
+
+# Decoding defaults for answers: no 4-gram twice in an answer (applied to the answer's own tokens, not
+# the prompt's, so copying a passage is not discouraged). Without it the bundled 135M model loops, e.g.
+# 'The answer to the question is: "The answer to the question is: ...' (docs/rag.md).
+NO_REPEAT_NGRAM_SIZE = 4
+
+
+@dataclass
+class Query:
+    """The question and its embedding pass: ``embedding`` ``(1, D)``, ``ids`` the embedding prompt's
+    tokens and ``kv`` their states (kept with ``keep_query_kv``; reused for a cached query segment only
+    when that pass is the generator's own, see :mod:`genembed.retrieval.segment_kv`)."""
+
+    text: str
+    embeddings: Any
+    ids: list[int]
+    kv: KV | None = None
 
 
 @dataclass(frozen=True)
@@ -74,7 +95,7 @@ def retrieve(
     rerank_candidates: int = 10,
     keep_query_kv: bool = False,
     timings: dict[str, float] | None = None,
-) -> tuple[EncodedTexts, list[Source]]:
+) -> tuple[Query, list[Source]]:
     """Embed the question (keeping its KV states if asked) and return it with the top passages.
 
     With ``rerank``, the best ``max(top_k, rerank_candidates)`` by embedding are reordered by
@@ -83,7 +104,9 @@ def retrieve(
     timings = timings if timings is not None else {}
     index.check_model(model)
     t0 = time.perf_counter()
-    query = encode_with_kv(model.backbone, [question], index.config, kind="query", keep_kv=keep_query_kv)
+    keep = keep_query_kv and same_weights(model) and index.config.segment_attention == "causal"
+    encoded = encode_with_kv(model.backbone, [question], index.config, kind="query", keep_kv=keep)
+    query = Query(question, encoded.embeddings, encoded.ids[0], encoded.kv[0] if encoded.kv else None)
     timings["embed_query"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     n_candidates = max(top_k, rerank_candidates) if rerank else top_k
@@ -107,36 +130,67 @@ def retrieve(
 def build_context(
     model: Any,
     index: Index,
-    query: EncodedTexts,
+    query: Query,
     sources: list[Source],
     *,
     mode: str = "none",
     order: str | None = None,
+    prompt: RagPrompt | None = None,
 ) -> Context:
-    """Lay out ``[query] [passages] [tail]`` (or passages first) and take the mode's segments from caches.
+    """Lay out ``[head] [passages] [query] [tail]`` (or the query first) and take the mode's segments from caches.
 
-    ``query`` must come from :func:`retrieve` with ``keep_query_kv=True`` for the query-caching modes.
+    Passages come from the index's stored states, checked to be the generator's own
+    (:func:`~genembed.retrieval.kv_source.check_kv_source`). The query's states come from its embedding
+    pass when that pass is the generator's own and its prompt starts with ``head + query segment``;
+    otherwise (e.g. the shipped embedding-only adapter) from a causal pass with the generation weights
+    here, which gives the same prompt and answer but saves no time.
+
+    Args:
+        prompt: the prompt's text (default: the one the index's KV states were made for, else
+            :class:`~genembed.retrieval.rag_prompt.RagPrompt`'s defaults).
 
     Raises:
-        ValueError: the mode needs KV states the index or query does not have, or the model runs
-            generation with other weights than embedding (an embedding-only adapter).
+        ValueError: the index stores no KV states for a doc-caching mode.
+        KVSourceError: the stored states were made by other weights, attention or prompt.
     """
     order, query_cached, docs_cached = mode_layout(mode, order)
-    problem = kv_reuse_problem(model) if query_cached or docs_cached else None
-    if problem:
-        raise ValueError(f"{problem}; or use cache mode 'none'.")
-    if query_cached and query.kv is None:
-        raise ValueError(f"cache mode {mode!r} needs the query's KV states: retrieve with keep_query_kv=True")
-    q_seg = Segment("query", query.ids[0], query.kv[0] if query_cached else None)  # type: ignore[index]
-    texts = [index.text(s.row) for s in sources]
-    ids = index.config.prompt_ids(model.backbone.tokenizer, texts, "doc")
-    d_segs = [Segment(s.id, i, index.kv(s.row) if docs_cached else None) for s, i in zip(sources, ids, strict=True)]
+    prompt = prompt or index.rag_prompt
+    tok = model.backbone.tokenizer
+    head = prompt.head_ids(tok)
+    q_ids = prompt.query_ids(tok, query.text, order)
+    d_ids = prompt.passage_ids(tok, [index.text(s.row) for s in sources])
+    d_kv: list[KV | None] = [None] * len(sources)
+    if docs_cached:
+        if not index.has_kv:
+            raise ValueError(f"index {index.path} stores no KV states: rebuild it with --store-kv for doc caching")
+        check_kv_source(index.kv_source, model, prompt, index=index.path)
+        d_kv = [index.kv(s.row, tokens=len(ids)) for s, ids in zip(sources, d_ids, strict=True)]
+    head_kv, q_kv = None, None
+    if query_cached:
+        head_kv, q_kv = _query_states(model, query, head, q_ids)
+    elif docs_cached and head:
+        head_kv = segment_states(model, [], [head])[1][0]
+    h = len(head)
+    q_seg = Segment("query", q_ids, q_kv, at=h)
+    d_segs = [Segment(s.id, ids, kv, at=h) for s, ids, kv in zip(sources, d_ids, d_kv, strict=True)]
     segments = [q_seg, *d_segs] if order == "query_first" else [*d_segs, q_seg]
-    context = assemble(model.backbone.model, segments, tail_ids(model.backbone.tokenizer))
+    lm = model.backbone.model
+    with adapter_mode(lm, bool(getattr(model, "generation_adapter", False))):  # prefills run the generator
+        context = assemble(lm, [Segment("head", head, head_kv), *segments], prompt.tail_ids(tok))
     limit = getattr(model.backbone.model.config, "max_position_embeddings", None)
     if limit is not None and context.total_tokens >= limit:
         raise ValueError(f"the RAG prompt has {context.total_tokens} tokens; the model's context holds {limit}")
     return context
+
+
+def _query_states(model: Any, query: Query, head: list[int], q_ids: list[int]) -> tuple[KV | None, KV]:
+    """(head, query segment) states: from the embedding pass when it is the generator's own, else computed."""
+    h, n = len(head), len(head) + len(q_ids)
+    if query.kv is not None and same_weights(model) and reusable_prefix(query.ids, head, q_ids):
+        keys, values = query.kv
+        return ((keys[:, :, :h], values[:, :, :h]) if h else None), (keys[:, :, h:n], values[:, :, h:n])
+    head_kv, (q_kv,) = segment_states(model, head, [q_ids])
+    return head_kv, q_kv
 
 
 def ask(
@@ -153,6 +207,8 @@ def ask(
     temperature: float = 0.0,
     top_p: float = 1.0,
     seed: int | None = None,
+    no_repeat_ngram_size: int = NO_REPEAT_NGRAM_SIZE,
+    repetition_penalty: float = 1.0,
     on_text: Callable[[str], None] | None = None,
 ) -> Answer:
     """Retrieve passages for ``question`` and generate an answer with them in context.
@@ -162,7 +218,7 @@ def ask(
         index: an :class:`~genembed.retrieval.index.Index` (with KV states for the doc-caching modes).
         question: the question.
         cache: ``none``, ``query``, ``doc``, ``querydoc`` or ``docquery`` (see :mod:`~genembed.retrieval.context`).
-        order: for ``cache="none"`` only: ``query_first`` (default) or ``doc_first``.
+        order: ``doc_first`` (default) or ``query_first``; ``querydoc`` and ``docquery`` fix it.
         top_k: passages put in the prompt (more than one works in every mode).
         rerank: rerank ``rerank_candidates`` retrieved passages generatively before keeping ``top_k``.
         rerank_candidates: passages retrieved for reranking.
@@ -170,10 +226,17 @@ def ask(
         temperature: 0 for greedy decoding.
         top_p: nucleus sampling threshold.
         seed: seeds sampling for reproducible answers.
+        no_repeat_ngram_size: no n-gram of this size twice in the answer (0: off).
+        repetition_penalty: divide the logits of tokens already in the answer by this (1.0: off).
         on_text: called with each piece of answer text as it is generated (streaming).
 
     Returns:
         The :class:`Answer` with its sources, timings and token counts.
+
+    Raises:
+        ValueError: a bad setting, or a mode that needs stored KV states the index lacks.
+        KVSourceError: the index's KV states were made by other weights, attention or prompt than the
+            model generates with.
     """
     if not isinstance(question, str) or not question.strip():
         raise ValueError("question must be a non-empty string")
@@ -195,7 +258,15 @@ def ask(
     context = build_context(model, index, query, sources, mode=cache, order=order)
     pieces, stats = [], {}
     for piece in generate_from_context(
-        model, context, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed, stats=stats
+        model,
+        context,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        seed=seed,
+        no_repeat_ngram_size=no_repeat_ngram_size,
+        repetition_penalty=repetition_penalty,
+        stats=stats,
     ):
         pieces.append(piece)
         if on_text is not None:
@@ -224,6 +295,8 @@ def generate_from_context(
     temperature: float = 0.0,
     top_p: float = 1.0,
     seed: int | None = None,
+    no_repeat_ngram_size: int = NO_REPEAT_NGRAM_SIZE,
+    repetition_penalty: float = 1.0,
     stats: dict[str, float] | None = None,
 ) -> Iterator[str]:
     """Text pieces of the answer, decoded after ``context`` (its cache is extended in place).
@@ -246,8 +319,9 @@ def generate_from_context(
         top_p=top_p,
         eos_token_ids=eos_token_ids(backbone),
         generator=generator,
+        logits_processor=repetition_processors(no_repeat_ngram_size, repetition_penalty),
     )
-    use_adapter = getattr(model, "generation_adapter", True)
+    use_adapter = bool(getattr(model, "generation_adapter", False))
     tokens = each_step_in(functools.partial(adapter_mode, backbone.model, use_adapter), tokens)
     if stats is not None:
         tokens = _counted(tokens, stats)
