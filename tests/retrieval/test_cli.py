@@ -3,21 +3,12 @@ from __future__ import annotations
 import json
 import re
 
-import pytest
 from typer.testing import CliRunner
 
 from genembed.cli.app import app
 from genembed.retrieval.index import Index
 
 runner = CliRunner()
-
-
-@pytest.fixture
-def model_dir(tmp_path, tiny):
-    folder = tmp_path / "tiny-model"
-    tiny.model.save_pretrained(folder)
-    tiny.tokenizer.save_pretrained(folder)
-    return folder
 
 
 def _build(model_dir, sources, out, *extra):

@@ -32,7 +32,14 @@ import torch
 from .centering import apply_centre, centre
 from .embedder import EncodeOptions, encode_texts
 
-__all__ = ["CorpusResult", "count_records", "encode_corpus", "load_corpus_embeddings", "read_records"]
+__all__ = [
+    "CorpusResult",
+    "count_records",
+    "encode_corpus",
+    "iter_corpus_embeddings",
+    "load_corpus_embeddings",
+    "read_records",
+]
 
 _CONFIG, _MANIFEST = "config.json", "manifest.json"
 
@@ -348,22 +355,43 @@ def _write_manifest(out_dir: Path, total: int, n_shards: int) -> None:
     _write_json(out_dir / _MANIFEST, {"records": total, "dim": dim, "shards": shards})
 
 
-def load_corpus_embeddings(out_dir: str | os.PathLike) -> tuple[list, np.ndarray]:
-    """All ids and the ``(n, dim)`` embeddings of a finished output folder, in input order.
+def corpus_manifest(out_dir: str | os.PathLike) -> dict[str, Any]:
+    """The manifest of a finished output folder: ``records``, ``dim`` and the ``shards`` list.
+
+    Raises:
+        FileNotFoundError: the folder has no manifest (encoding has not finished).
+    """
+    manifest_path = Path(out_dir) / _MANIFEST
+    if not manifest_path.is_file():
+        raise FileNotFoundError(f"{out_dir} has no {_MANIFEST}: encoding has not finished (rerun to resume)")
+    return json.loads(manifest_path.read_text())
+
+
+def iter_corpus_embeddings(out_dir: str | os.PathLike) -> Iterator[tuple[list, np.ndarray]]:
+    """``(ids, (n, dim) embeddings)`` of each shard of a finished output folder, in input order; the
+    embeddings are memory-mapped, so a corpus of any size streams through.
 
     Raises:
         FileNotFoundError: the folder has no manifest (encoding has not finished).
     """
     out_dir = Path(out_dir)
-    manifest_path = out_dir / _MANIFEST
-    if not manifest_path.is_file():
-        raise FileNotFoundError(f"{out_dir} has no {_MANIFEST}: encoding has not finished (rerun to resume)")
-    manifest = json.loads(manifest_path.read_text())
+    for shard in corpus_manifest(out_dir)["shards"]:
+        ids = json.loads((out_dir / shard["ids"]).read_text())
+        yield ids, np.load(out_dir / shard["embeddings"], mmap_mode="r")
+
+
+def load_corpus_embeddings(out_dir: str | os.PathLike) -> tuple[list, np.ndarray]:
+    """All ids and the ``(n, dim)`` embeddings of a finished output folder, in input order (in memory;
+    :func:`iter_corpus_embeddings` streams them instead).
+
+    Raises:
+        FileNotFoundError: the folder has no manifest (encoding has not finished).
+    """
     ids: list = []
     arrays = []
-    for shard in manifest["shards"]:
-        ids.extend(json.loads((out_dir / shard["ids"]).read_text()))
-        arrays.append(np.load(out_dir / shard["embeddings"]))
+    for shard_ids, embeddings in iter_corpus_embeddings(out_dir):
+        ids.extend(shard_ids)
+        arrays.append(np.asarray(embeddings))
     if not arrays:
-        return ids, np.zeros((0, manifest["dim"] or 0), dtype=np.float32)
+        return ids, np.zeros((0, corpus_manifest(out_dir)["dim"] or 0), dtype=np.float32)
     return ids, np.concatenate(arrays)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["IndexCorruptedError", "IndexIncompleteError", "IndexLoadError", "IndexVersionError"]
+__all__ = ["IndexCorruptedError", "IndexIncompleteError", "IndexLoadError", "IndexVersionError", "StoreConnectionError"]
 
 
 class IndexLoadError(RuntimeError):
@@ -19,3 +19,8 @@ class IndexVersionError(IndexLoadError):
 
 class IndexIncompleteError(IndexLoadError):
     """The folder holds an interrupted build (no manifest yet); rerunning the build resumes it."""
+
+
+class StoreConnectionError(IndexLoadError):
+    """A vector database cannot be reached or opened (bad URI, server down, missing folder); the message
+    names the URI."""

@@ -25,6 +25,7 @@ from .chunking import Chunk, chunk_documents, read_sources
 from .embed_kv import EmbedConfig, encode_with_kv
 from .index import BUILD_DIR, MANIFEST, ChunkRecord, Index, commit
 from .kv_store import KVGeometry, dtype_name, resolve_kv_dtype, write_kv_shard
+from .stores import StoreLocation, parse_location, store_settings
 
 __all__ = ["add_to_index", "build_index"]
 
@@ -35,7 +36,7 @@ _TEMPLATE_ROOM = 256  # prompt tokens beyond a chunk's text: title, instruction 
 def build_index(
     model: Any,
     sources: Sequence[str | Path],
-    out: str | Path,
+    out: str | Path | StoreLocation,
     *,
     config: EmbedConfig | None = None,
     chunk_tokens: int = 256,
@@ -47,13 +48,18 @@ def build_index(
     overwrite: bool = False,
     show_progress_bar: bool = True,
     model_ref: dict[str, str | None] | None = None,
-) -> Index:
+    index_type: str | None = None,
+    index_params: dict[str, float] | None = None,
+    search_params: dict[str, float] | None = None,
+    kv_dir: str | Path | None = None,
+) -> Any:
     """Read, chunk and embed ``sources`` into a new index at ``out`` (resuming an interrupted build).
 
     Args:
         model: a :class:`~genembed.GenerativeEmbedder`.
         sources: JSONL / .txt / .md files or folders (see :mod:`genembed.retrieval.chunking`).
-        out: the index folder to create.
+        out: the index folder to create, or a Milvus location (``milvus:./idx.db``, ``http://host:19530``
+            or a :class:`~genembed.retrieval.stores.StoreLocation`; see :mod:`genembed.retrieval.stores`).
         config: embedding settings (default: GIRCSE K=5 with the model's tau and centering, prompts up
             to ``chunk_tokens + 256`` tokens so that titles and the template fit).
         chunk_tokens: tokens of document text per chunk.
@@ -66,6 +72,16 @@ def build_index(
         show_progress_bar: show a progress bar.
         model_ref: how to load the model again (``{"model": ..., "adapter": ...}`` as given to
             :func:`genembed.load`); stored so ``genembed ask`` can default to it.
+        index_type: the vector index: a ``faiss.index_factory`` string for a folder (default ``"Flat"``,
+            exact; e.g. ``"HNSW32"``, ``"IVF1024,PQ32"``), a Milvus index type for a Milvus store (default
+            ``AUTOINDEX``).
+        index_params: Milvus index build parameters (``{"M": 32, "efConstruction": 200}``).
+        search_params: default search parameters stored with the index (faiss ``efSearch``/``nprobe``,
+            Milvus ``ef``/``nprobe``).
+        kv_dir: a Milvus store's folder for KV states (default ``<name>.kv`` beside a milvus-lite file).
+
+    Returns:
+        The :class:`~genembed.retrieval.index.Index`, or a :class:`~genembed.retrieval.milvus_store.MilvusIndex`.
 
     Raises:
         FileExistsError: ``out`` holds an index (and ``overwrite`` is False) or unrelated files.
@@ -76,14 +92,23 @@ def build_index(
     problem = kv_reuse_problem(model) if store_kv else None
     if problem:
         raise ValueError(f"{problem}; or build without stored KV states.")
-    out = Path(out)
+    location = parse_location(out)
     config = config or EmbedConfig(
         tau=getattr(model, "tau", 1.0),
         max_length=chunk_tokens + _TEMPLATE_ROOM,
         center=getattr(model, "center", False),
     )
     config.options()  # validate before any work
-    _prepare_folder(out, overwrite)
+    store = store_settings(
+        location, model.dim, index_type=index_type, index_params=index_params, search_params=search_params
+    )
+    if location.kind == "faiss":
+        out = Path(location.uri)
+        _prepare_folder(out, overwrite)
+    elif store_kv:
+        from .milvus_build import default_kv_dir
+
+        kv_dir = default_kv_dir(location, kv_dir)
     chunks = chunk_documents(
         read_sources(sources), model.backbone.tokenizer, chunk_tokens=chunk_tokens, overlap=overlap
     )
@@ -94,34 +119,62 @@ def build_index(
         "chunking": {"chunk_tokens": chunk_tokens, "overlap": overlap},
         "kv": {"dtype": dtype_name(resolve_kv_dtype(kv_dtype)), **vars(geometry)} if store_kv else None,
         "sources": [str(s) for s in sources],
+        **store,
     }
+    if location.kind == "milvus":
+        from .milvus_build import build_milvus_index
+
+        if store_kv:
+            manifest["kv"]["dir"] = str(kv_dir)
+        return build_milvus_index(
+            model,
+            location,
+            chunks,
+            manifest,
+            batch_size=batch_size,
+            shard_size=shard_size,
+            overwrite=overwrite,
+            show_progress_bar=show_progress_bar,
+        )
     return _run(model, out, None, chunks, manifest, batch_size, shard_size, show_progress_bar)
 
 
 def add_to_index(
     model: Any,
-    index_dir: str | Path,
+    index_dir: str | Path | StoreLocation,
     sources: Sequence[str | Path],
     *,
     batch_size: int = 16,
     shard_size: int | None = None,
     show_progress_bar: bool = True,
-) -> Index:
+) -> Any:
     """Append the documents of ``sources`` to an existing index (same model, settings and KV storage).
 
+    A Milvus store upserts instead: a document id it already holds is replaced (see
+    :mod:`genembed.retrieval.milvus_build`).
+
     Raises:
-        ValueError: a document id is already in the index, or ``model`` is not the index's model.
+        ValueError: a document id is already in a faiss index, or ``model`` is not the index's model.
     """
-    base = Index.load(index_dir)
+    location = parse_location(index_dir)
+    if location.kind == "milvus":
+        from .milvus_build import add_to_milvus_index
+
+        return add_to_milvus_index(
+            model, location, sources, batch_size=batch_size, shard_size=shard_size, show_progress_bar=show_progress_bar
+        )
+    base = Index.load(location.uri)
     base.check_model(model)
     chunking = base.manifest["chunking"]
+    if chunking is None:
+        raise ValueError(f"{base.path} was imported from `genembed encode` shards: import more the same way")
     docs = read_sources(sources)
     known = {c.doc_id: c.source for c in base.chunks}
     for doc in docs:
         if doc.id in known:
             raise ValueError(f"{doc.source}: document id {doc.id!r} is already in the index (from {known[doc.id]})")
     chunks = chunk_documents(docs, model.backbone.tokenizer, **chunking)
-    manifest = {k: v for k, v in base.manifest.items() if k in ("model", "embed", "chunking", "kv")}
+    manifest = {k: v for k, v in base.manifest.items() if k in ("model", "embed", "chunking", "kv", "faiss")}
     manifest["sources"] = [*base.manifest.get("sources", []), *(str(s) for s in sources)]
     return _run(model, base.path, base, chunks, manifest, batch_size, shard_size, show_progress_bar)
 
@@ -208,11 +261,7 @@ def _run(
             state["done"].append(j)
             atomic_write_json(build / _STATE, state)
             bar.update(len(part))
-    embeddings = (
-        np.concatenate([np.load(build / f"emb-{j:05d}.npy") for j in range(n_shards)])
-        if n_shards
-        else np.zeros((0, manifest["model"]["dim"]), dtype=np.float32)
-    )
+    embeddings = [np.load(build / f"emb-{j:05d}.npy", mmap_mode="r") for j in range(n_shards)]  # streamed
     old_shards = (base.manifest.get("kv") or {}).get("shards", []) if base is not None else []
     new_shards = [state["kv_shards"][str(j)] for j in range(n_shards)] if kv_info else []
     index = commit(

@@ -74,11 +74,13 @@ def retrieve(
     rerank_candidates: int = 10,
     keep_query_kv: bool = False,
     timings: dict[str, float] | None = None,
+    filter: str | None = None,
 ) -> tuple[EncodedTexts, list[Source]]:
     """Embed the question (keeping its KV states if asked) and return it with the top passages.
 
     With ``rerank``, the best ``max(top_k, rerank_candidates)`` by embedding are reordered by
-    :meth:`~genembed.GenerativeEmbedder.rerank` and the first ``top_k`` kept.
+    :meth:`~genembed.GenerativeEmbedder.rerank` and the first ``top_k`` kept. ``filter`` restricts the
+    search to chunks whose metadata match it (a Milvus store's boolean expression).
     """
     timings = timings if timings is not None else {}
     index.check_model(model)
@@ -87,7 +89,7 @@ def retrieve(
     timings["embed_query"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     n_candidates = max(top_k, rerank_candidates) if rerank else top_k
-    scores, ids = index.search(query.embeddings, n_candidates)
+    scores, ids = index.search(query.embeddings, n_candidates, **({"filter": filter} if filter else {}))
     hits = [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if int(i) >= 0]
     timings["search"] = time.perf_counter() - t0
     rerank_scores: dict[int, float] = {}
@@ -154,12 +156,14 @@ def ask(
     top_p: float = 1.0,
     seed: int | None = None,
     on_text: Callable[[str], None] | None = None,
+    filter: str | None = None,
 ) -> Answer:
     """Retrieve passages for ``question`` and generate an answer with them in context.
 
     Args:
         model: the :class:`~genembed.GenerativeEmbedder` the index was built with.
-        index: an :class:`~genembed.retrieval.index.Index` (with KV states for the doc-caching modes).
+        index: an :class:`~genembed.retrieval.index.Index` or a Milvus store's
+            :class:`~genembed.retrieval.milvus_store.MilvusIndex` (with KV states for the doc-caching modes).
         question: the question.
         cache: ``none``, ``query``, ``doc``, ``querydoc`` or ``docquery`` (see :mod:`~genembed.retrieval.context`).
         order: for ``cache="none"`` only: ``query_first`` (default) or ``doc_first``.
@@ -171,6 +175,8 @@ def ask(
         top_p: nucleus sampling threshold.
         seed: seeds sampling for reproducible answers.
         on_text: called with each piece of answer text as it is generated (streaming).
+        filter: retrieve only chunks matching this metadata expression (a Milvus store, e.g.
+            ``'source like "docs/%"'``).
 
     Returns:
         The :class:`Answer` with its sources, timings and token counts.
@@ -191,6 +197,7 @@ def ask(
         rerank_candidates=rerank_candidates,
         keep_query_kv=query_cached,
         timings=timings,
+        filter=filter,
     )
     context = build_context(model, index, query, sources, mode=cache, order=order)
     pieces, stats = [], {}
