@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
+import pytest
 from typer.testing import CliRunner
 
 from genembed.cli.app import app
@@ -78,3 +81,17 @@ def test_store_errors_are_clean(model_dir, docs_file, tmp_path):
     result = _run("ask", tmp_path / "f", "q?", "--search-param", "nprobe=3")
     assert result.exit_code == 2 and "no search parameter 'nprobe'" in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.integration
+def test_build_and_ask_in_separate_processes(model_dir, docs_file, tmp_path):
+    """What users do: one `genembed` process builds the milvus-lite database, a later one asks it."""
+    where = f"milvus:{tmp_path}/idx.db"
+    cli = [sys.executable, "-m", "genembed.cli.app"]
+    build = [*cli, "index", "build", str(docs_file), "--out", where, "--model", str(model_dir), *SMALL]
+    done = subprocess.run(build, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    ask = [*cli, "ask", where, "capital of France?", "--top-k", "2", "--max-new-tokens", "2"]
+    done = subprocess.run([*ask, "--filter", 'doc_id == "guitar"'], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert re.findall(r"│ [12] │ (guitar#\d+) ", done.stdout) and "Traceback" not in done.stderr

@@ -6,6 +6,7 @@ import faiss
 import numpy as np
 import pytest
 
+from genembed.retrieval import index_build
 from genembed.retrieval.embed_kv import EmbedConfig
 from genembed.retrieval.faiss_factory import (
     add_blocks,
@@ -75,9 +76,19 @@ def test_build_and_add_with_an_hnsw_index(tiny_model, docs_file, more_file, tmp_
         grown.set_search_params(["nprobe=4"])
 
 
-def test_bad_factory_strings_fail_before_embedding(tiny_model, docs_file, tmp_path):
+def test_bad_factory_strings_and_parameters_fail_before_embedding(tiny_model, docs_file, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="faiss cannot build index 'IVF-PQ'"):
         build_index(tiny_model, [docs_file], tmp_path / "bad", index_type="IVF-PQ", **SMALL)
+    with pytest.raises(ValueError, match=r"\(IndexFlatIP\) has no search parameter 'efSearch'"):
+        build_index(tiny_model, [docs_file], tmp_path / "bad", search_params={"efSearch": 8}, **SMALL)
     assert not (tmp_path / "bad").exists()
+
+
+def test_too_few_vectors_to_train_keeps_the_embeddings_for_a_rerun(tiny_model, docs_file, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="cannot train faiss index 'IVF64,Flat' on 14 vectors"):
-        build_index(tiny_model, [docs_file], tmp_path / "small", index_type="IVF64,Flat", **SMALL)
+        build_index(tiny_model, [docs_file], tmp_path / "idx", index_type="IVF64,Flat", **SMALL)
+    calls: list[int] = []
+    real_encode = index_build.encode_with_kv
+    monkeypatch.setattr(index_build, "encode_with_kv", lambda *a, **k: calls.append(1) or real_encode(*a, **k))
+    index = build_index(tiny_model, [docs_file], tmp_path / "idx", index_type="IVF2,Flat", **SMALL)
+    assert calls == [] and index.factory == "IVF2,Flat" and index.faiss_index.ntotal == 14  # nothing re-embedded

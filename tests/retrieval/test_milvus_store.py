@@ -65,7 +65,8 @@ def test_milvus_store_matches_the_faiss_folder_and_returns_metadata(tiny_model, 
         )
         assert got.meta == {"year": 2000 + [d["id"] for d in DOCS].index(got.doc_id)}
         assert milvus.text(int(key)) == faiss.text(want.row)
-    # a second handle reads the model and settings from the collection
+    # a second handle reads the model and settings from the collection, and loads a released one
+    milvus.client.release_collection(milvus.name)
     again = open_index(lite)
     assert again.manifest["model"] == faiss.manifest["model"] and again.config == faiss.config
     assert again.manifest["embed"]["method"] == "mean" and again.manifest["milvus"]["index_type"] == "AUTOINDEX"

@@ -13,7 +13,8 @@ Nothing here needs every embedding in memory: training reads a seeded random sam
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -51,14 +52,11 @@ def new_faiss_index(dim: int, factory: str = DEFAULT_FACTORY) -> Any:
         raise ValueError(f"a faiss index description must be a non-empty string, got {factory!r}")
     if factory.strip() == DEFAULT_FACTORY:
         return faiss.IndexFlatIP(dim)
-    try:
+    with _as_value_error(
+        f"faiss cannot build index {factory!r} for dimension {dim}",
+        "see https://github.com/facebookresearch/faiss/wiki/The-index-factory",
+    ):
         return faiss.index_factory(dim, factory.strip(), faiss.METRIC_INNER_PRODUCT)
-    except RuntimeError as exc:
-        reason = str(exc).strip().splitlines()[-1]
-        raise ValueError(
-            f"faiss cannot build index {factory!r} for dimension {dim} ({reason}); "
-            "see https://github.com/facebookresearch/faiss/wiki/The-index-factory"
-        ) from exc
 
 
 def train_on_sample(
@@ -85,15 +83,22 @@ def train_on_sample(
         if len(mine):
             parts.append(np.asarray(shard[mine], dtype=np.float32))
     data = np.ascontiguousarray(np.concatenate(parts)) if parts else np.zeros((0, index.d), dtype=np.float32)
-    try:
+    with _as_value_error(
+        f"cannot train faiss index {factory or type(index).__name__!r} on {len(data)} vectors",
+        "use fewer IVF lists or PQ centroids for a corpus this small, or the exact 'Flat' index",
+    ):
         index.train(data)
+    return len(data)
+
+
+@contextlib.contextmanager
+def _as_value_error(what: str, hint: str) -> Iterator[None]:
+    """Turn faiss's RuntimeError (a C++ assertion with a long trace) into ``ValueError("what (reason); hint")``."""
+    try:
+        yield
     except RuntimeError as exc:
         reason = str(exc).strip().splitlines()[-1]
-        raise ValueError(
-            f"cannot train faiss index {factory or type(index).__name__!r} on {len(data)} vectors ({reason}); "
-            "use fewer IVF lists or PQ centroids for a corpus this small, or the exact 'Flat' index"
-        ) from exc
-    return len(data)
+        raise ValueError(f"{what} ({reason}); {hint}") from exc
 
 
 def add_blocks(index: Any, shards: Iterable[np.ndarray], *, block: int = _ADD_BLOCK) -> int:

@@ -128,6 +128,9 @@ class MilvusIndex(ManifestQueries):
             raise IndexIncompleteError(
                 f"{location} holds an interrupted build: rerun the same `genembed index build` command to resume it"
             )
+        state = client.get_load_state(location.collection)["state"]
+        if getattr(state, "name", str(state)) != "Loaded":  # a collection is searchable once loaded into memory
+            client.load_collection(location.collection)
         return cls(client, location, manifest)
 
     @classmethod

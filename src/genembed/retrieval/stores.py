@@ -141,16 +141,17 @@ def store_settings(
     (default ``AUTOINDEX``).
 
     Raises:
-        ValueError: faiss cannot parse the description, the Milvus index type is unknown, or faiss is
-            given build parameters (they belong in the description, e.g. ``HNSW64``).
+        ValueError: faiss cannot parse the description or lacks a search parameter, the Milvus index
+            type is unknown, or faiss is given build parameters (they belong in the description, e.g.
+            ``HNSW64``).
     """
-    from .faiss_factory import DEFAULT_FACTORY, new_faiss_index, parse_search_params
+    from .faiss_factory import DEFAULT_FACTORY, apply_search_params, new_faiss_index, parse_search_params
 
     search = parse_search_params(search_params)
     build = parse_search_params(index_params)
     if location.kind == "faiss":
         factory = (index_type or DEFAULT_FACTORY).strip()
-        new_faiss_index(dim, factory)  # raises ValueError on a description faiss cannot build
+        apply_search_params(new_faiss_index(dim, factory), search)  # ValueError: bad description or parameter
         if build:
             raise ValueError(
                 f"faiss takes build settings in the index description (e.g. HNSW64, IVF4096,PQ48), not {sorted(build)}"
