@@ -101,8 +101,13 @@ def _as_value_error(what: str, hint: str) -> Iterator[None]:
         raise ValueError(f"{what} ({reason}); {hint}") from exc
 
 
-def add_blocks(index: Any, shards: Iterable[np.ndarray], *, block: int = _ADD_BLOCK) -> int:
-    """Add every row of ``shards`` (in order) to ``index``, ``block`` rows at a time; returns the count."""
+def add_blocks(index: Any, shards: Sequence[np.ndarray], *, block: int = _ADD_BLOCK) -> int:
+    """Add every row of ``shards`` (in order) to ``index``, ``block`` rows at a time; returns the count.
+
+    An index that keeps the raw vectors (Flat, or HNSW's flat storage) first reserves room for all of
+    them: growing its buffer block by block would double it, briefly holding 1.5x the final size.
+    """
+    _reserve(index, sum(len(s) for s in shards))
     added = 0
     for shard in shards:
         for start in range(0, len(shard), block):
@@ -110,6 +115,16 @@ def add_blocks(index: Any, shards: Iterable[np.ndarray], *, block: int = _ADD_BL
             index.add(part)
             added += len(part)
     return added
+
+
+def _reserve(index: Any, rows: int) -> None:
+    faiss = faiss_module()
+    flat = faiss.downcast_index(index.storage) if hasattr(index, "storage") else index
+    if not isinstance(flat, faiss.IndexFlatCodes) or rows <= 0:
+        return
+    used = flat.ntotal * flat.code_size
+    flat.codes.resize(used + rows * flat.code_size)  # std::vector: shrinking back keeps the capacity
+    flat.codes.resize(used)
 
 
 def parse_search_params(items: Iterable[str] | Mapping[str, Any] | None) -> dict[str, float]:
