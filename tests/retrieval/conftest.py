@@ -30,3 +30,12 @@ def docs_file(tmp_path):
 @pytest.fixture
 def more_file(tmp_path):
     return write_jsonl(tmp_path / "more.jsonl", MORE)
+
+
+@pytest.fixture
+def model_dir(tmp_path, tiny):
+    """The tiny model saved as a Hugging Face folder, for the CLI's --model."""
+    folder = tmp_path / "tiny-model"
+    tiny.model.save_pretrained(folder)
+    tiny.tokenizer.save_pretrained(folder)
+    return folder

@@ -4,7 +4,19 @@ from __future__ import annotations
 
 import typer
 
-from . import ask_cmd, chat_cmd, demo, encode_cmd, eval_cmd, gen_data_cmd, index_cmd, inspect_cmd, serve_cmd, train_cmd
+from . import (
+    ask_cmd,
+    chat_cmd,
+    demo,
+    encode_cmd,
+    eval_cmd,
+    gen_data_cmd,
+    index_cmd,
+    index_store_cmd,
+    inspect_cmd,
+    serve_cmd,
+    train_cmd,
+)
 
 app = typer.Typer(
     name="genembed",
@@ -18,6 +30,8 @@ app.command("encode")(encode_cmd.encode)
 app.command("chat")(chat_cmd.chat)
 app.command("serve")(serve_cmd.serve)
 app.command("eval")(eval_cmd.eval_tasks)
+index_cmd.index_app.command("import")(index_store_cmd.import_encoded)
+index_cmd.index_app.command("delete")(index_store_cmd.delete)
 app.add_typer(index_cmd.index_app, name="index")
 app.command("ask")(ask_cmd.ask)
 app.command("train")(train_cmd.train)

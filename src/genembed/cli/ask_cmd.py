@@ -3,16 +3,16 @@ context, streaming the answer, then listing its sources and where the time went.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from . import _store
 from ._common import AdapterOpt, DeviceOpt, DtypeOpt, ModelOpt, load_model
 
 
 def ask(
-    index_dir: Annotated[Path, typer.Argument(help="an index folder from `genembed index build`")],
+    index_dir: Annotated[str, typer.Argument(help=_store.WHERE_HELP)],
     question: Annotated[str, typer.Argument(help="the question")],
     cache: Annotated[
         str,
@@ -38,6 +38,10 @@ def ask(
     adapter: AdapterOpt = None,
     dtype: DtypeOpt = "auto",
     device: DeviceOpt = "auto",
+    filter: _store.FilterOpt = None,
+    search_param: _store.SearchParamOpt = None,
+    collection: _store.CollectionOpt = None,
+    token: _store.TokenOpt = None,
 ) -> None:
     """Answer QUESTION from the passages of INDEX_DIR with one model (retrieval and generation)."""
     from rich.console import Console
@@ -45,8 +49,8 @@ def ask(
 
     from genembed.retrieval.context import mode_layout
     from genembed.retrieval.errors import IndexLoadError
-    from genembed.retrieval.index import Index
     from genembed.retrieval.rag import ask as rag_ask
+    from genembed.retrieval.stores import open_index
 
     def fail(message: str) -> None:
         typer.secho(f"error: {message}", fg="red", err=True)
@@ -54,7 +58,8 @@ def ask(
 
     try:  # everything that can be checked before the model loads
         mode_layout(cache, order)
-        index = Index.load(index_dir)
+        index = open_index(_store.location(index_dir, collection, token))
+        index.set_search_params(search_param)
         if cache in ("doc", "querydoc", "docquery") and not index.has_kv:
             raise ValueError(f"--cache {cache} needs stored KV states: rebuild {index_dir} with --store-kv")
     except (IndexLoadError, FileNotFoundError, ValueError) as exc:
@@ -77,6 +82,7 @@ def ask(
             max_new_tokens=max_new_tokens,
             temperature=temperature,
             seed=seed,
+            filter=filter,
             repetition_penalty=repetition_penalty,
             **({} if no_repeat_ngram is None else {"no_repeat_ngram_size": no_repeat_ngram}),
             on_text=lambda piece: console.print(piece, end="", markup=False, highlight=False),

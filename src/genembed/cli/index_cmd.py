@@ -1,5 +1,6 @@
 """``genembed index build|add|info``: make an index of JSONL / text / Markdown sources, optionally with
-each chunk's KV states for doc caching in ``genembed ask``."""
+each chunk's KV states for doc caching in ``genembed ask``, in a faiss folder or a Milvus collection
+(``index import`` and ``index delete`` are in :mod:`genembed.cli.index_store_cmd`)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from typing import Annotated, Any
 
 import typer
 
+from . import _store
 from ._common import AdapterOpt, CenterOpt, DeviceOpt, DtypeOpt, ModelOpt, load_model
 
 index_app = typer.Typer(
-    help="Build, extend and inspect retrieval indexes (faiss + chunk metadata + optional KV states).",
+    help="Build, extend and inspect retrieval indexes (faiss folder or Milvus; chunk metadata; optional KV states).",
     no_args_is_help=True,
 )
 
@@ -39,7 +41,7 @@ def _ref(value: str | None) -> str | None:
 @index_app.command("build")
 def build(
     sources: SourcesArg,
-    out: Annotated[Path, typer.Option("--out", "-o", help="index folder to create")],
+    out: Annotated[str, typer.Option("--out", "-o", help=_store.WHERE_HELP)],
     store_kv: Annotated[
         bool,
         typer.Option(
@@ -62,14 +64,23 @@ def build(
     dtype: DtypeOpt = "auto",
     device: DeviceOpt = "auto",
     center: CenterOpt = None,
+    index_type: _store.IndexTypeOpt = None,
+    index_param: _store.IndexParamOpt = None,
+    search_param: _store.SearchParamOpt = None,
+    collection: _store.CollectionOpt = None,
+    token: _store.TokenOpt = None,
+    kv_dir: Annotated[Path | None, typer.Option("--kv-dir", help="Milvus: folder for KV states")] = None,
 ) -> None:
     """Chunk, embed and index SOURCES. Rerun the same command after an interruption to resume."""
     from genembed._files import DamagedFileError
     from genembed.retrieval.chunking import SourceError
     from genembed.retrieval.embed_kv import EmbedConfig
+    from genembed.retrieval.errors import IndexLoadError
+    from genembed.retrieval.faiss_factory import parse_search_params
     from genembed.retrieval.index_build import build_index
     from genembed.retrieval.kv_store import resolve_kv_dtype
 
+    where = _store.location(out, collection, token)
     try:  # check settings before loading the model
         resolve_kv_dtype(kv_dtype)
         if overlap >= chunk_tokens:
@@ -79,6 +90,7 @@ def build(
             method=method, steps=steps, attention=attention, max_length=chunk_tokens + 256
         )  # room for title + template
         config.options()
+        store = {"index_params": parse_search_params(index_param), "search_params": parse_search_params(search_param)}
     except ValueError as exc:
         _fail(str(exc))
     loaded = load_model(model, adapter, dtype, center, device)
@@ -87,7 +99,7 @@ def build(
         index = build_index(
             loaded,
             sources,
-            out,
+            where,
             config=config,
             chunk_tokens=chunk_tokens,
             overlap=overlap,
@@ -97,15 +109,18 @@ def build(
             shard_size=shard_size,
             overwrite=overwrite,
             model_ref={"model": _ref(model), "adapter": _ref(adapter)},
+            index_type=index_type,
+            kv_dir=kv_dir,
+            **store,
         )
-    except (SourceError, DamagedFileError, FileNotFoundError, FileExistsError, ValueError) as exc:
+    except (SourceError, IndexLoadError, DamagedFileError, FileNotFoundError, FileExistsError, ValueError) as exc:
         _fail(str(exc))
     _print_info(index)
 
 
 @index_app.command("add")
 def add(
-    index_dir: Annotated[Path, typer.Argument(help="an index folder from `genembed index build`")],
+    index_dir: Annotated[str, typer.Argument(help=_store.WHERE_HELP)],
     sources: SourcesArg,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="chunks per forward pass")] = 16,
     shard_size: ShardOpt = None,
@@ -113,34 +128,41 @@ def add(
     adapter: AdapterOpt = None,
     dtype: DtypeOpt = "auto",
     device: DeviceOpt = "auto",
+    collection: _store.CollectionOpt = None,
+    token: _store.TokenOpt = None,
 ) -> None:
-    """Append SOURCES to an index (same model and settings). Resumes like `build`."""
+    """Append SOURCES to an index (same model and settings; a Milvus store replaces known document ids).
+    Resumes like `build`."""
     from genembed._files import DamagedFileError
     from genembed.retrieval.chunking import SourceError
     from genembed.retrieval.errors import IndexLoadError
-    from genembed.retrieval.index import read_manifest
     from genembed.retrieval.index_build import add_to_index
 
+    where = _store.location(index_dir, collection, token)
     try:
-        ref = read_manifest(index_dir)["model"].get("ref", {}) if index_dir.is_dir() else {}
+        ref = _store.manifest_of(where).get("model", {}).get("ref", {})
     except IndexLoadError as exc:
         _fail(str(exc))
     loaded = load_model(model or ref.get("model"), adapter or ref.get("adapter"), dtype, device=device)
     try:
-        index = add_to_index(loaded, index_dir, sources, batch_size=batch_size, shard_size=shard_size)
+        index = add_to_index(loaded, where, sources, batch_size=batch_size, shard_size=shard_size)
     except (SourceError, IndexLoadError, DamagedFileError, FileNotFoundError, FileExistsError, ValueError) as exc:
         _fail(str(exc))
     _print_info(index)
 
 
 @index_app.command("info")
-def info(index_dir: Annotated[Path, typer.Argument(help="an index folder")]) -> None:
+def info(
+    index_dir: Annotated[str, typer.Argument(help=_store.WHERE_HELP)],
+    collection: _store.CollectionOpt = None,
+    token: _store.TokenOpt = None,
+) -> None:
     """Show an index's model, settings, size and KV storage."""
     from genembed.retrieval.errors import IndexLoadError
-    from genembed.retrieval.index import Index
+    from genembed.retrieval.stores import open_index
 
     try:
-        index = Index.load(index_dir)
+        index = open_index(_store.location(index_dir, collection, token))
     except (IndexLoadError, FileNotFoundError) as exc:
         _fail(str(exc))
     _print_info(index)
@@ -150,14 +172,18 @@ def _print_info(index: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    manifest, config = index.manifest, index.config
+    from genembed.retrieval.index import Index
+
+    if not isinstance(index, Index):
+        return _store.print_milvus_info(index)
+    manifest = index.manifest
     table = Table(title=f"index {index.path}", show_header=False)
     table.add_row("chunks", f"{len(index):,} from {len({c.doc_id for c in index.chunks}):,} documents")
-    table.add_row("model", f"{manifest['model']['name']} (dim {index.dim})")
-    steps = f", K={config.steps}" if config.method == "gircse" else ""
-    table.add_row("embedding", f"{config.method}{steps}, {config.segment_attention} attention")
-    chunking = manifest["chunking"]
-    table.add_row("chunking", f"{chunking['chunk_tokens']} tokens, overlap {chunking['overlap']}")
+    for row in _store.settings_rows(index):
+        table.add_row(*row)
+    params = ", ".join(f"{k}={v}" for k, v in (manifest.get("faiss") or {}).get("search_params", {}).items())
+    table.add_row("vector index", f"faiss {index.factory}, inner product" + (f" ({params})" if params else ""))
+    tokens = sum(c.tokens for c in index.chunks)
     if index.has_kv:
         kv, size = manifest["kv"], index.kv_store.nbytes
         tokens = sum(index.kv_store.tokens(c.row) for c in index.chunks)

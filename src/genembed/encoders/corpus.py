@@ -43,7 +43,14 @@ from .._files import (
 from .centering import apply_centre, centre
 from .embedder import EncodeOptions, encode_texts
 
-__all__ = ["CorpusResult", "count_records", "encode_corpus", "load_corpus_embeddings", "read_records"]
+__all__ = [
+    "CorpusResult",
+    "count_records",
+    "encode_corpus",
+    "iter_corpus_embeddings",
+    "load_corpus_embeddings",
+    "read_records",
+]
 
 _CONFIG, _MANIFEST = "config.json", "manifest.json"
 
@@ -372,8 +379,25 @@ def _write_manifest(out_dir: Path, total: int, n_shards: int) -> None:
     atomic_write_json(out_dir / _MANIFEST, {"records": total, "dim": dim, "shards": shards}, indent=1)
 
 
-def load_corpus_embeddings(out_dir: str | os.PathLike) -> tuple[list, np.ndarray]:
-    """All ids and the ``(n, dim)`` embeddings of a finished output folder, in input order.
+def corpus_manifest(out_dir: str | os.PathLike) -> dict[str, Any]:
+    """The manifest of a finished output folder: ``records``, ``dim`` and the ``shards`` list.
+
+    Raises:
+        FileNotFoundError: the folder has no manifest (encoding has not finished).
+    """
+    manifest_path = Path(out_dir) / _MANIFEST
+    if not manifest_path.is_file():
+        raise FileNotFoundError(f"{out_dir} has no {_MANIFEST}: encoding has not finished (rerun to resume)")
+    return read_json(
+        manifest_path,
+        fix="Delete it and rerun the same `genembed encode` command: the finished shards are kept and it is "
+        "written again.",
+    )
+
+
+def iter_corpus_embeddings(out_dir: str | os.PathLike) -> Iterator[tuple[list, np.ndarray]]:
+    """``(ids, (n, dim) embeddings)`` of each shard of a finished output folder, in input order; the
+    embeddings are memory-mapped, so a corpus of any size streams through.
 
     Every file is checked against the size and SHA-256 the manifest recorded.
 
@@ -383,24 +407,28 @@ def load_corpus_embeddings(out_dir: str | os.PathLike) -> tuple[list, np.ndarray
             the file and how to redo it).
     """
     out_dir = Path(out_dir)
-    manifest_path = out_dir / _MANIFEST
-    if not manifest_path.is_file():
-        raise FileNotFoundError(f"{out_dir} has no {_MANIFEST}: encoding has not finished (rerun to resume)")
-    manifest = read_json(
-        manifest_path,
-        fix="Delete it and rerun the same `genembed encode` command: the finished shards are kept and it is "
-        "written again.",
-    )
-    ids: list = []
-    arrays = []
-    for shard in manifest["shards"]:
+    for shard in corpus_manifest(out_dir)["shards"]:
         npy = out_dir / shard["embeddings"]
         ids_path = out_dir / shard["ids"]
         shard_ids = read_json(ids_path, shard.get("ids_file"), fix=_redo_hint(npy))
         array = read_npy(npy, shard.get("embeddings_file"), fix=_redo_hint(npy))
         _check_rows(npy, array, ids_path, shard_ids)
-        arrays.append(array)
+        yield shard_ids, array
+
+
+def load_corpus_embeddings(out_dir: str | os.PathLike) -> tuple[list, np.ndarray]:
+    """All ids and the ``(n, dim)`` embeddings of a finished output folder, in input order (in memory;
+    :func:`iter_corpus_embeddings` streams them instead).
+
+    Raises:
+        FileNotFoundError: the folder has no manifest (encoding has not finished).
+        DamagedFileError: a shard or the manifest is damaged (named, with how to redo it).
+    """
+    ids: list = []
+    arrays = []
+    for shard_ids, embeddings in iter_corpus_embeddings(out_dir):
         ids.extend(shard_ids)
+        arrays.append(np.asarray(embeddings))
     if not arrays:
-        return ids, np.zeros((0, manifest["dim"] or 0), dtype=np.float32)
+        return ids, np.zeros((0, corpus_manifest(out_dir)["dim"] or 0), dtype=np.float32)
     return ids, np.concatenate(arrays)

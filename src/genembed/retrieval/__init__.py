@@ -1,5 +1,6 @@
-"""Retrieval and RAG: chunk sources, build an index (with optional KV states), search it, and answer
-questions with the retrieved passages in context, reusing KV states from the embedding passes.
+"""Retrieval and RAG: chunk sources, build an index (with optional KV states) in a faiss folder or a
+Milvus collection, search it, and answer questions with the retrieved passages in context, reusing KV
+states from the embedding passes.
 
 Names load lazily, so importing this package does not import faiss or safetensors.
 """
@@ -25,6 +26,12 @@ _LAZY = {
     "IndexCorruptedError": "errors",
     "IndexVersionError": "errors",
     "IndexIncompleteError": "errors",
+    "StoreConnectionError": "errors",
+    "MilvusIndex": "milvus_store",
+    "StoreLocation": "stores",
+    "open_index": "stores",
+    "parse_location": "stores",
+    "import_encoded": "encoded_import",
     "KVStore": "kv_store",
     "KVGeometry": "kv_store",
     "kv_bytes_per_token": "kv_store",

@@ -4,7 +4,8 @@ token windows with overlap.
 Sources:
 
 - ``*.jsonl``: one JSON object per line with ``id`` (string or int) and ``text`` (string), and an
-  optional ``title`` (string). Blank lines are skipped.
+  optional ``title`` (string); any other fields are the document's ``meta`` (a Milvus store keeps
+  them for filters). Blank lines are skipped.
 - ``*.txt``: one document per file; its id is the file's path, its title empty.
 - ``*.md`` / ``*.markdown``: one document per file; its title is the first ``# heading`` (else the
   file name without suffix).
@@ -18,6 +19,7 @@ retrieval tasks), so every chunk knows which document it comes from.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -37,12 +39,14 @@ class SourceError(ValueError):
 
 @dataclass(frozen=True)
 class Document:
-    """One source document. ``source`` says where it came from (``path`` or ``path:line``)."""
+    """One source document. ``source`` says where it came from (``path`` or ``path:line``); ``meta`` holds
+    a JSONL record's fields other than id, title and text."""
 
     id: str
     title: str
     text: str
     source: str
+    meta: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,7 @@ class Chunk:
     title: str
     text: str
     source: str
+    meta: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False)
 
     @property
     def id(self) -> str:
@@ -151,7 +156,8 @@ def _parse_jsonl(path: Path, content: str) -> Iterable[Document]:
                 raise SourceError(f"{where}: field {field!r} must be a string, got {type(value).__name__}")
         if not text.strip():
             raise SourceError(f"{where}: field 'text' is empty")
-        yield Document(id=str(doc_id), title=title.strip(), text=text.strip(), source=where)
+        meta = {k: v for k, v in row.items() if k not in ("id", "title", "text")}
+        yield Document(id=str(doc_id), title=title.strip(), text=text.strip(), source=where, meta=meta)
 
 
 def chunk_documents(
@@ -188,7 +194,7 @@ def chunk_documents(
             stop = min(start + chunk_tokens, n)
             text = doc.text[offsets[start][0] : offsets[stop - 1][1]].strip()
             if text:
-                chunks.append(Chunk(doc.id, number, doc.title, text, doc.source))
+                chunks.append(Chunk(doc.id, number, doc.title, text, doc.source, doc.meta))
                 number += 1
             if stop == n:
                 break

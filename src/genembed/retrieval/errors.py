@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from .._files import DamagedFileError
 
-__all__ = ["IndexCorruptedError", "IndexIncompleteError", "IndexLoadError", "IndexVersionError", "rebuild_hint"]
+__all__ = [
+    "IndexCorruptedError",
+    "IndexIncompleteError",
+    "IndexLoadError",
+    "IndexVersionError",
+    "StoreConnectionError",
+    "rebuild_hint",
+]
 
 
 def rebuild_hint(path: object) -> str:
@@ -26,3 +33,8 @@ class IndexVersionError(IndexLoadError):
 
 class IndexIncompleteError(IndexLoadError):
     """The folder holds an interrupted build (no manifest yet); rerunning the build resumes it."""
+
+
+class StoreConnectionError(IndexLoadError):
+    """A vector database cannot be reached or opened (bad URI, server down, missing folder); the message
+    names the URI."""

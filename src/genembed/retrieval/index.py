@@ -4,7 +4,8 @@ metadata, optionally their KV states, and a manifest that ties them together.
 Layout of an index folder::
 
     manifest.json            format version, model, embedding settings, files, counts, checksums
-    index-<gen>.faiss        faiss IndexFlatIP (exact cosine search over L2-normalized embeddings)
+    index-<gen>.faiss        faiss inner-product index: IndexFlatIP (exact cosine search over L2-normalized
+                             embeddings) unless built from another index_factory string (``"faiss"`` in the manifest)
     chunks-<gen>.jsonl       one line per chunk, row order: id, doc_id, title, text, source, tokens
     kv/<gen>-<shard>.safetensors   KV states (``--store-kv``), see :mod:`genembed.retrieval.kv_store`
     .build/                  only while a build or add is running or was interrupted
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,15 @@ import numpy as np
 from .._files import atomic_write, atomic_write_json, check_file, read_json, remove_temp_files, sha256_file
 from .embed_kv import EmbedConfig
 from .errors import IndexCorruptedError, IndexIncompleteError, IndexVersionError, rebuild_hint
+from .faiss_factory import (
+    DEFAULT_FACTORY,
+    add_blocks,
+    apply_search_params,
+    faiss_module,
+    new_faiss_index,
+    parse_search_params,
+    train_on_sample,
+)
 from .kv_ops import KV
 from .kv_store import KVStore
 from .rag_prompt import RagPrompt
@@ -40,7 +51,8 @@ BUILD_DIR = ".build"
 
 @dataclass(frozen=True)
 class ChunkRecord:
-    """One indexed chunk. ``tokens`` is the length of its embedding prompt (= its KV states)."""
+    """One indexed chunk. ``tokens`` is the length of its embedding prompt (= its KV states); ``meta`` holds
+    a source record's extra fields (Milvus stores keep them; faiss folders do not)."""
 
     row: int
     id: str
@@ -50,6 +62,7 @@ class ChunkRecord:
     text: str
     source: str
     tokens: int
+    meta: dict[str, Any] | None = None
 
     @property
     def embed_text(self) -> str:
@@ -57,15 +70,64 @@ class ChunkRecord:
         return f"{self.title} {self.text}" if self.title else self.text
 
 
-def _faiss() -> Any:
-    try:
-        import faiss
-    except ImportError as exc:  # pragma: no cover - faiss is in the rag/eval extras
-        raise ImportError("indexes need faiss: pip install 'genembed[rag]' (faiss-cpu)") from exc
-    return faiss
+class ManifestQueries:
+    """What every genembed index derives from its manifest (a faiss folder's ``manifest.json`` or a Milvus
+    collection's properties): the model it belongs to and how queries are embedded. Needs ``manifest``
+    and ``where`` (the location named in messages)."""
+
+    manifest: dict[str, Any]
+    where: str
+
+    @property
+    def dim(self) -> int:
+        return int(self.manifest["model"]["dim"])
+
+    @property
+    def kv_source(self) -> dict[str, Any] | None:
+        """Which weights, attention and prompt made the stored KV states (:mod:`~genembed.retrieval.kv_source`)."""
+        return (self.manifest.get("kv") or {}).get("source")
+
+    @property
+    def rag_prompt(self) -> RagPrompt:
+        """The RAG prompt the stored KV states were made for (the default one for an index without them)."""
+        stored = (self.kv_source or {}).get("prompt")
+        return RagPrompt.from_dict(stored) if stored else RagPrompt()
+
+    @property
+    def config(self) -> EmbedConfig:
+        """How chunks were embedded; queries must be embedded the same way (:meth:`encode_queries`)."""
+        return EmbedConfig.from_dict(self.manifest["embed"])
+
+    def encode_queries(self, model: Any, queries: list[str], *, batch_size: int = 16) -> np.ndarray:
+        """Embed queries with the index's settings (method, steps, instruction): ``(n, dim)``."""
+        from .embed_kv import encode_with_kv
+
+        self.check_model(model)
+        texts = list(queries)
+        return encode_with_kv(
+            model.backbone, texts, self.config, kind="query", keep_kv=False, batch_size=batch_size
+        ).embeddings
+
+    def check_model(self, model: Any) -> None:
+        """Raise ValueError unless ``model`` is the one the index was built with."""
+        expected = self.manifest["model"]["name"]
+        if model.name != expected or model.dim != self.dim:
+            raise ValueError(
+                f"index {self.where} was built with model {expected!r} (dim {self.dim}); got {model.name!r} "
+                f"(dim {model.dim}). Load the same model (and adapter) to query it."
+            )
+
+    def check_queries(self, query_embeddings: np.ndarray, k: int) -> np.ndarray:
+        """``query_embeddings`` as a contiguous ``(n, dim)`` float32 array; ValueError on a bad shape or k."""
+        queries = np.ascontiguousarray(np.atleast_2d(np.asarray(query_embeddings, dtype=np.float32)))
+        if queries.ndim != 2 or queries.shape[1] != self.dim:
+            raise ValueError(f"query embeddings must have shape (n, {self.dim}), got {np.shape(query_embeddings)}")
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        return queries
 
 
-class Index:
+class Index(ManifestQueries):
     """A loaded index. Build one with :func:`genembed.retrieval.build_index`, open one with :meth:`load`.
 
     Example:
@@ -76,6 +138,7 @@ class Index:
 
     def __init__(self, path: Path, manifest: dict[str, Any], chunks: list[ChunkRecord], faiss_index: Any):
         self.path = Path(path)
+        self.where = str(self.path)
         self.manifest = manifest
         self.chunks = chunks
         self.faiss_index = faiss_index
@@ -108,7 +171,7 @@ class Index:
             expected = {"sha256": manifest["sha256"][file.name]} if verify else None
             check_file(file, expected, fix=f"(It is listed in {path / MANIFEST}.) {fix}", error=IndexCorruptedError)
         try:
-            faiss_index = _faiss().read_index(str(faiss_path))
+            faiss_index = faiss_module().read_index(str(faiss_path))
         except RuntimeError as exc:
             raise IndexCorruptedError(f"{faiss_path} is not a readable faiss index: {exc}. {fix}") from exc
         chunks = _read_chunks(chunks_path, fix)
@@ -128,44 +191,53 @@ class Index:
                 raise IndexCorruptedError(
                     f"KV shard {file} is missing or has the wrong size (manifest: {kv_shard['bytes']} B). {fix}"
                 )
+        apply_search_params(faiss_index, (manifest.get("faiss") or {}).get("search_params", {}))
         return cls(path, manifest, chunks, faiss_index)
 
     # ---- the search protocol -------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self.chunks)
 
-    @property
-    def dim(self) -> int:
-        return int(self.manifest["model"]["dim"])
-
-    @property
-    def config(self) -> EmbedConfig:
-        """How chunks were embedded; queries must be embedded the same way (:meth:`encode_queries`)."""
-        return EmbedConfig.from_dict(self.manifest["embed"])
-
-    def search(self, query_embeddings: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def search(
+        self,
+        query_embeddings: np.ndarray,
+        k: int,
+        *,
+        filter: str | None = None,
+        params: dict[str, float] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` chunks per query by cosine similarity.
 
         Args:
             query_embeddings: ``(n, dim)`` (or ``(dim,)``) L2-normalized query embeddings.
             k: results per query; more than the index holds gives all of them.
+            filter: metadata filters need a Milvus store (:mod:`genembed.retrieval.milvus_store`); a faiss
+                folder refuses one.
+            params: faiss search parameters for an approximate index (``{"efSearch": 128}`` for HNSW,
+                ``{"nprobe": 16}`` for IVF); they stay set for later searches. The manifest's are set on load.
 
         Returns:
             ``(scores, ids)``, both ``(n, k)``: float32 cosines (best first) and int64 rows; past the
             end of a small index, ids are -1 and scores -inf (the :class:`~genembed.retrieval.search.SearchIndex`
             protocol).
         """
-        queries = np.ascontiguousarray(np.atleast_2d(np.asarray(query_embeddings, dtype=np.float32)))
-        if queries.ndim != 2 or queries.shape[1] != self.dim:
-            raise ValueError(f"query embeddings must have shape (n, {self.dim}), got {np.shape(query_embeddings)}")
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
+        queries = self.check_queries(query_embeddings, k)
+        if filter:
+            raise ValueError(
+                f"index {self.path} is a faiss folder, which cannot filter on metadata: build the index into a "
+                "Milvus store (--out milvus:FILE.db or a Milvus URI) to search with a filter"
+            )
+        apply_search_params(self.faiss_index, parse_search_params(params))
         top = min(k, len(self))
         scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
         ids = np.full((len(queries), k), -1, dtype=np.int64)
         if top:
             scores[:, :top], ids[:, :top] = self.faiss_index.search(queries, top)
         return scores, ids
+
+    def set_search_params(self, params: dict[str, float] | list[str] | None) -> None:
+        """Set faiss search parameters (``{"efSearch": 128}``, ``["nprobe=16"]``) for later searches."""
+        apply_search_params(self.faiss_index, parse_search_params(params))
 
     def text(self, i: int) -> str:
         """The text of chunk ``i`` as embedded: ``title + " " + text``."""
@@ -174,26 +246,7 @@ class Index:
     def chunk(self, i: int) -> ChunkRecord:
         return self.chunks[i]
 
-    # ---- queries, models and KV states ---------------------------------------------------------
-    def encode_queries(self, model: Any, queries: list[str], *, batch_size: int = 16) -> np.ndarray:
-        """Embed queries with the index's settings (method, steps, instruction): ``(n, dim)``."""
-        from .embed_kv import encode_with_kv
-
-        self.check_model(model)
-        texts = list(queries)
-        return encode_with_kv(
-            model.backbone, texts, self.config, kind="query", keep_kv=False, batch_size=batch_size
-        ).embeddings
-
-    def check_model(self, model: Any) -> None:
-        """Raise ValueError unless ``model`` is the one the index was built with."""
-        expected = self.manifest["model"]["name"]
-        if model.name != expected or model.dim != self.dim:
-            raise ValueError(
-                f"index {self.path} was built with model {expected!r} (dim {self.dim}); got {model.name!r} "
-                f"(dim {model.dim}). Load the same model (and adapter) to query it."
-            )
-
+    # ---- KV states -----------------------------------------------------------------------------
     @property
     def has_kv(self) -> bool:
         return self.kv_store is not None
@@ -213,19 +266,14 @@ class Index:
         return keys, values
 
     @property
-    def kv_source(self) -> dict[str, Any] | None:
-        """Which weights, attention and prompt made the stored KV states (:mod:`~genembed.retrieval.kv_source`)."""
-        return (self.manifest.get("kv") or {}).get("source")
-
-    @property
-    def rag_prompt(self) -> RagPrompt:
-        """The RAG prompt the stored KV states were made for (the default one for an index without them)."""
-        stored = (self.kv_source or {}).get("prompt")
-        return RagPrompt.from_dict(stored) if stored else RagPrompt()
+    def factory(self) -> str:
+        """The faiss index description (``"Flat"`` = exact search)."""
+        return (self.manifest.get("faiss") or {}).get("factory", DEFAULT_FACTORY)
 
     def __repr__(self) -> str:
         kv = f", kv={self.manifest['kv']['dtype']}" if self.has_kv else ""
-        return f"Index({str(self.path)!r}, chunks={len(self)}, method={self.config.method!r}{kv})"
+        method, factory = self.config.method, self.factory
+        return f"Index({str(self.path)!r}, chunks={len(self)}, method={method!r}, faiss={factory!r}{kv})"
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
@@ -275,25 +323,32 @@ def commit(
     *,
     base: Index | None,
     records: list[ChunkRecord],
-    embeddings: np.ndarray,
+    embeddings: np.ndarray | Sequence[np.ndarray],
     manifest: dict[str, Any],
     kv_shards: list[dict[str, Any]],
 ) -> Index:
     """Write a new generation holding ``base``'s chunks plus ``records`` and make it current.
 
     ``manifest`` carries the fields that do not depend on the files (model, embed, chunking, kv
-    geometry); files, counts and checksums are filled in here. The manifest is written last.
+    geometry, and ``faiss``: the index_factory description and search parameters); files, counts and
+    checksums are filled in here. The manifest is written last. ``embeddings`` is one ``(n, dim)``
+    array or a list of row blocks (e.g. memory-mapped shards), added a block at a time; a new
+    approximate index is first trained on a sample of them.
     """
-    faiss = _faiss()
+    faiss = faiss_module()
     generation = (base.manifest["generation"] + 1) if base is not None else 1
+    blocks = [embeddings] if isinstance(embeddings, np.ndarray) else list(embeddings)
+    if sum(len(b) for b in blocks) != len(records):
+        raise ValueError(f"{len(records)} chunk records but {sum(len(b) for b in blocks)} embeddings")
     if base is not None:
         faiss_index = base.faiss_index
         old_records = base.chunks
     else:
-        faiss_index = faiss.IndexFlatIP(manifest["model"]["dim"])
+        factory = (manifest.get("faiss") or {}).get("factory", DEFAULT_FACTORY)
+        faiss_index = new_faiss_index(manifest["model"]["dim"], factory)
+        train_on_sample(faiss_index, blocks, factory=factory)
         old_records = []
-    if len(records):
-        faiss_index.add(np.ascontiguousarray(embeddings, dtype=np.float32))
+    add_blocks(faiss_index, blocks)
     all_records = [*old_records, *records]
     names = {"faiss": f"index-{generation:05d}.faiss", "chunks": f"chunks-{generation:05d}.jsonl"}
     atomic_write(path / names["faiss"], lambda tmp: faiss.write_index(faiss_index, str(tmp)))

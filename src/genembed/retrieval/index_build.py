@@ -19,15 +19,17 @@ from typing import Any
 
 import numpy as np
 
-from .._files import atomic_write_json, atomic_write_npy, file_digest, read_npy
+from .._files import atomic_write_json, atomic_write_npy, check_file, file_digest
 from ..adapter_info import warn_if_untrained
 from .chunking import Chunk, chunk_documents, read_sources
 from .embed_kv import EmbedConfig, encode_with_kv
 from .index import BUILD_DIR, MANIFEST, ChunkRecord, Index, commit
+from .kv_ops import KV
 from .kv_source import check_kv_source, kv_source
 from .kv_store import KVGeometry, dtype_name, resolve_kv_dtype, write_kv_shard
 from .rag_prompt import RagPrompt
 from .segment_kv import reusable_prefix, same_weights, segment_states
+from .stores import StoreLocation, parse_location, store_settings
 
 __all__ = ["add_to_index", "build_index"]
 
@@ -38,7 +40,7 @@ _TEMPLATE_ROOM = 256  # prompt tokens beyond a chunk's text: title, instruction 
 def build_index(
     model: Any,
     sources: Sequence[str | Path],
-    out: str | Path,
+    out: str | Path | StoreLocation,
     *,
     config: EmbedConfig | None = None,
     chunk_tokens: int = 256,
@@ -51,13 +53,18 @@ def build_index(
     show_progress_bar: bool = True,
     model_ref: dict[str, str | None] | None = None,
     prompt: RagPrompt | None = None,
-) -> Index:
+    index_type: str | None = None,
+    index_params: dict[str, float] | None = None,
+    search_params: dict[str, float] | None = None,
+    kv_dir: str | Path | None = None,
+) -> Any:
     """Read, chunk and embed ``sources`` into a new index at ``out`` (resuming an interrupted build).
 
     Args:
         model: a :class:`~genembed.GenerativeEmbedder`.
         sources: JSONL / .txt / .md files or folders (see :mod:`genembed.retrieval.chunking`).
-        out: the index folder to create.
+        out: the index folder to create, or a Milvus location (``milvus:./idx.db``, ``http://host:19530``
+            or a :class:`~genembed.retrieval.stores.StoreLocation`; see :mod:`genembed.retrieval.stores`).
         config: embedding settings (default: GIRCSE K=5 with the model's tau and centering, prompts up
             to ``chunk_tokens + 256`` tokens so that titles and the template fit).
         chunk_tokens: tokens of document text per chunk.
@@ -75,6 +82,16 @@ def build_index(
         model_ref: how to load the model again (``{"model": ..., "adapter": ...}`` as given to
             :func:`genembed.load`); stored so ``genembed ask`` can default to it.
         prompt: the RAG prompt the KV states are made for (default :class:`RagPrompt`).
+        index_type: the vector index: a ``faiss.index_factory`` string for a folder (default ``"Flat"``,
+            exact; e.g. ``"HNSW32"``, ``"IVF1024,PQ32"``), a Milvus index type for a Milvus store (default
+            ``AUTOINDEX``).
+        index_params: Milvus index build parameters (``{"M": 32, "efConstruction": 200}``).
+        search_params: default search parameters stored with the index (faiss ``efSearch``/``nprobe``,
+            Milvus ``ef``/``nprobe``).
+        kv_dir: a Milvus store's folder for KV states (default ``<name>.kv`` beside a milvus-lite file).
+
+    Returns:
+        The :class:`~genembed.retrieval.index.Index`, or a :class:`~genembed.retrieval.milvus_store.MilvusIndex`.
 
     Raises:
         FileExistsError: ``out`` holds an index (and ``overwrite`` is False) or unrelated files.
@@ -83,7 +100,7 @@ def build_index(
     Warns:
         UntrainedAdapterWarning: the model's adapter was not trained for the embedding method.
     """
-    out = Path(out)
+    location = parse_location(out)
     config = config or EmbedConfig(
         tau=getattr(model, "tau", 1.0),
         max_length=chunk_tokens + _TEMPLATE_ROOM,
@@ -91,7 +108,16 @@ def build_index(
     )
     options = config.options()  # validate before any work
     warn_if_untrained(getattr(model, "trained_for", None), getattr(model, "adapter", None), **_method(options))
-    _prepare_folder(out, overwrite)
+    store = store_settings(
+        location, model.dim, index_type=index_type, index_params=index_params, search_params=search_params
+    )
+    if location.kind == "faiss":
+        out = Path(location.uri)
+        _prepare_folder(out, overwrite)
+    elif store_kv:
+        from .milvus_build import default_kv_dir
+
+        kv_dir = default_kv_dir(location, kv_dir)
     chunks = chunk_documents(
         read_sources(sources), model.backbone.tokenizer, chunk_tokens=chunk_tokens, overlap=overlap
     )
@@ -102,41 +128,69 @@ def build_index(
         "chunking": {"chunk_tokens": chunk_tokens, "overlap": overlap},
         "kv": {"dtype": dtype_name(resolve_kv_dtype(kv_dtype)), **vars(geometry)} if store_kv else None,
         "sources": [str(s) for s in sources],
+        **store,
     }
     if store_kv:
         prompt = prompt or RagPrompt()
-        reused = _embedding_pass_reusable(model, config, prompt, [c.embed_text for c in chunks])
+        reused = embedding_pass_reusable(model, config, prompt, [c.embed_text for c in chunks])
         manifest["kv"]["source"] = kv_source(model, prompt, reused=reused)
+    if location.kind == "milvus":
+        from .milvus_build import build_milvus_index
+
+        if store_kv:
+            manifest["kv"]["dir"] = str(kv_dir)
+        return build_milvus_index(
+            model,
+            location,
+            chunks,
+            manifest,
+            batch_size=batch_size,
+            shard_size=shard_size,
+            overwrite=overwrite,
+            show_progress_bar=show_progress_bar,
+        )
     return _run(model, out, None, chunks, manifest, batch_size, shard_size, show_progress_bar)
 
 
 def add_to_index(
     model: Any,
-    index_dir: str | Path,
+    index_dir: str | Path | StoreLocation,
     sources: Sequence[str | Path],
     *,
     batch_size: int = 16,
     shard_size: int | None = None,
     show_progress_bar: bool = True,
-) -> Index:
+) -> Any:
     """Append the documents of ``sources`` to an existing index (same model, settings and KV storage).
+
+    A Milvus store upserts instead: a document id it already holds is replaced (see
+    :mod:`genembed.retrieval.milvus_build`).
 
     Raises:
         ValueError: a document id is already in the index, or ``model`` is not the index's model.
         KVSourceError: the index stores KV states of other generation weights than ``model``'s.
     """
-    base = Index.load(index_dir)
+    location = parse_location(index_dir)
+    if location.kind == "milvus":
+        from .milvus_build import add_to_milvus_index
+
+        return add_to_milvus_index(
+            model, location, sources, batch_size=batch_size, shard_size=shard_size, show_progress_bar=show_progress_bar
+        )
+    base = Index.load(location.uri)
     base.check_model(model)
     if base.has_kv:
         check_kv_source(base.kv_source, model, base.rag_prompt, index=base.path)
     chunking = base.manifest["chunking"]
+    if chunking is None:
+        raise ValueError(f"{base.path} was imported from `genembed encode` shards: import more the same way")
     docs = read_sources(sources)
     known = {c.doc_id: c.source for c in base.chunks}
     for doc in docs:
         if doc.id in known:
             raise ValueError(f"{doc.source}: document id {doc.id!r} is already in the index (from {known[doc.id]})")
     chunks = chunk_documents(docs, model.backbone.tokenizer, **chunking)
-    manifest = {k: v for k, v in base.manifest.items() if k in ("model", "embed", "chunking", "kv")}
+    manifest = {k: v for k, v in base.manifest.items() if k in ("model", "embed", "chunking", "kv", "faiss")}
     manifest["sources"] = [*base.manifest.get("sources", []), *(str(s) for s in sources)]
     return _run(model, base.path, base, chunks, manifest, batch_size, shard_size, show_progress_bar)
 
@@ -186,9 +240,7 @@ def _run(
     n_shards = (len(records) + shard_size - 1) // shard_size
     kv_dtype = resolve_kv_dtype(kv_info["dtype"]) if kv_info else None
     prompt = RagPrompt.from_dict(kv_info["source"]["prompt"]) if kv_info else RagPrompt()
-    tokenizer = model.backbone.tokenizer
-    head = prompt.head_ids(tokenizer)
-    reuse = kv_info is not None and _embedding_pass_reusable(model, config, prompt, texts)
+    reuse = kv_info is not None and embedding_pass_reusable(model, config, prompt, texts)
     from tqdm.auto import tqdm
 
     done_chunks = sum(min(shard_size, len(records) - j * shard_size) for j in state["done"])
@@ -210,16 +262,9 @@ def _run(
                 kv_dtype=kv_dtype,
             )
             if kv_info is not None:
-                segments = prompt.passage_ids(tokenizer, part_texts)
-                if reuse:  # the embedding pass was the generator's: its positions h .. h + L - 1
-                    h = len(head)
-                    kv = encoded.kv or []
-                    states = [
-                        (k[:, :, h : h + len(s)], v[:, :, h : h + len(s)])
-                        for (k, v), s in zip(kv, segments, strict=True)
-                    ]
-                else:  # a second, causal pass with the generation weights
-                    states = segment_states(model, head, segments, batch_size=batch_size, kv_dtype=kv_dtype)[1]
+                states = generation_states(
+                    model, prompt, part_texts, encoded.kv if reuse else None, batch_size=batch_size, kv_dtype=kv_dtype
+                )
                 name = f"kv/{generation:05d}-{j:05d}.safetensors"
                 size = write_kv_shard(
                     path / name,
@@ -241,13 +286,10 @@ def _run(
             atomic_write_json(build / _STATE, state)
             bar.update(len(part))
     fix = f"Delete {build} and rerun the same command to embed the new chunks again."
-    embeddings = (
-        np.concatenate(
-            [read_npy(build / f"emb-{j:05d}.npy", state["embeddings"].get(str(j)), fix=fix) for j in range(n_shards)]
-        )
-        if n_shards
-        else np.zeros((0, manifest["model"]["dim"]), dtype=np.float32)
-    )
+    shards = [build / f"emb-{j:05d}.npy" for j in range(n_shards)]
+    for j, shard in enumerate(shards):  # checked against what was recorded, then streamed from disk
+        check_file(shard, state["embeddings"].get(str(j)), fix=fix)
+    embeddings = [np.load(shard, mmap_mode="r", allow_pickle=False) for shard in shards]
     old_shards = (base.manifest.get("kv") or {}).get("shards", []) if base is not None else []
     new_shards = [state["kv_shards"][str(j)] for j in range(n_shards)] if kv_info else []
     index = commit(
@@ -257,11 +299,31 @@ def _run(
     return index
 
 
+def generation_states(
+    model: Any, prompt: RagPrompt, texts: list[str], embedding_kv: list[KV] | None, *, batch_size: int, kv_dtype: Any
+) -> list[KV]:
+    """Each passage segment's KV states as the generator computes them after ``prompt``'s head.
+
+    ``embedding_kv``: the embedding pass's states when that pass is the generator's own (see
+    :func:`embedding_pass_reusable`); its positions ``h .. h + L - 1`` are taken. None: a second,
+    causal pass of the generation weights computes them.
+    """
+    tokenizer = model.backbone.tokenizer
+    head = prompt.head_ids(tokenizer)
+    segments = prompt.passage_ids(tokenizer, texts)
+    if embedding_kv is None:
+        return segment_states(model, head, segments, batch_size=batch_size, kv_dtype=kv_dtype)[1]
+    h = len(head)
+    return [
+        (k[:, :, h : h + len(s)], v[:, :, h : h + len(s)]) for (k, v), s in zip(embedding_kv, segments, strict=True)
+    ]
+
+
 def _method(options: Any) -> dict[str, str]:
     return {"method": options.method, "attention": options.attention}
 
 
-def _embedding_pass_reusable(model: Any, config: EmbedConfig, prompt: RagPrompt, texts: list[str]) -> bool:
+def embedding_pass_reusable(model: Any, config: EmbedConfig, prompt: RagPrompt, texts: list[str]) -> bool:
     """Whether the chunks' embedding pass is the generator's own pass over ``head + passage segment``:
     same weights, causal attention, and every embedding prompt starting with those tokens."""
     if not same_weights(model) or config.segment_attention != "causal":

@@ -95,11 +95,13 @@ def retrieve(
     rerank_candidates: int = 10,
     keep_query_kv: bool = False,
     timings: dict[str, float] | None = None,
+    filter: str | None = None,
 ) -> tuple[Query, list[Source]]:
     """Embed the question (keeping its KV states if asked) and return it with the top passages.
 
     With ``rerank``, the best ``max(top_k, rerank_candidates)`` by embedding are reordered by
-    :meth:`~genembed.GenerativeEmbedder.rerank` and the first ``top_k`` kept.
+    :meth:`~genembed.GenerativeEmbedder.rerank` and the first ``top_k`` kept. ``filter`` restricts the
+    search to chunks whose metadata match it (a Milvus store's boolean expression).
     """
     timings = timings if timings is not None else {}
     index.check_model(model)
@@ -110,7 +112,7 @@ def retrieve(
     timings["embed_query"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     n_candidates = max(top_k, rerank_candidates) if rerank else top_k
-    scores, ids = index.search(query.embeddings, n_candidates)
+    scores, ids = index.search(query.embeddings, n_candidates, **({"filter": filter} if filter else {}))
     hits = [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if int(i) >= 0]
     timings["search"] = time.perf_counter() - t0
     rerank_scores: dict[int, float] = {}
@@ -162,8 +164,8 @@ def build_context(
     d_kv: list[KV | None] = [None] * len(sources)
     if docs_cached:
         if not index.has_kv:
-            raise ValueError(f"index {index.path} stores no KV states: rebuild it with --store-kv for doc caching")
-        check_kv_source(index.kv_source, model, prompt, index=index.path)
+            raise ValueError(f"index {index.where} stores no KV states: rebuild it with --store-kv for doc caching")
+        check_kv_source(index.kv_source, model, prompt, index=index.where)
         d_kv = [index.kv(s.row, tokens=len(ids)) for s, ids in zip(sources, d_ids, strict=True)]
     head_kv, q_kv = None, None
     if query_cached:
@@ -210,12 +212,14 @@ def ask(
     no_repeat_ngram_size: int = NO_REPEAT_NGRAM_SIZE,
     repetition_penalty: float = 1.0,
     on_text: Callable[[str], None] | None = None,
+    filter: str | None = None,
 ) -> Answer:
     """Retrieve passages for ``question`` and generate an answer with them in context.
 
     Args:
         model: the :class:`~genembed.GenerativeEmbedder` the index was built with.
-        index: an :class:`~genembed.retrieval.index.Index` (with KV states for the doc-caching modes).
+        index: an :class:`~genembed.retrieval.index.Index` or a Milvus store's
+            :class:`~genembed.retrieval.milvus_store.MilvusIndex` (with KV states for the doc-caching modes).
         question: the question.
         cache: ``none``, ``query``, ``doc``, ``querydoc`` or ``docquery`` (see :mod:`~genembed.retrieval.context`).
         order: ``doc_first`` (default) or ``query_first``; ``querydoc`` and ``docquery`` fix it.
@@ -229,6 +233,8 @@ def ask(
         no_repeat_ngram_size: no n-gram of this size twice in the answer (0: off).
         repetition_penalty: divide the logits of tokens already in the answer by this (1.0: off).
         on_text: called with each piece of answer text as it is generated (streaming).
+        filter: retrieve only chunks matching this metadata expression (a Milvus store, e.g.
+            ``'source like "docs/%"'``).
 
     Returns:
         The :class:`Answer` with its sources, timings and token counts.
@@ -254,6 +260,7 @@ def ask(
         rerank_candidates=rerank_candidates,
         keep_query_kv=query_cached,
         timings=timings,
+        filter=filter,
     )
     context = build_context(model, index, query, sources, mode=cache, order=order)
     pieces, stats = [], {}

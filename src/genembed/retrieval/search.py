@@ -7,6 +7,7 @@ An index is anything with ``search(query_embeddings, k) -> (scores, ids)`` and `
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -104,6 +105,7 @@ def search(
     rerank_instruction: str | None = None,
     rerank_scoring: str = "query_likelihood",
     batch_size: int = 32,
+    filter: str | None = None,
     **encode_kwargs: Any,
 ) -> list[SearchHit]:
     """Embed the query, retrieve candidates, and rerank the best ones generatively.
@@ -125,6 +127,8 @@ def search(
             else the reranker's default).
         rerank_scoring: ``"yes_no"`` or ``"query_likelihood"`` (see :meth:`~genembed.GenerativeEmbedder.rerank`).
         batch_size: texts per forward pass when embedding and reranking.
+        filter: search only the texts whose metadata match this expression: an index whose ``search``
+            takes ``filter=`` (a Milvus store: ``'doc_id in ["a", "b"]'``).
         **encode_kwargs: embedding settings for :meth:`~genembed.GenerativeEmbedder.encode`
             (``method``, ``steps``, ...); for an index without ``encode_queries``, use the settings it
             was built with.
@@ -134,7 +138,7 @@ def search(
 
     Raises:
         TypeError: ``corpus_or_index`` is neither a list of strings nor a :class:`SearchIndex`.
-        ValueError: ``k`` or ``rerank_top`` below 1.
+        ValueError: ``k`` or ``rerank_top`` below 1, or a filter for an index that cannot filter.
     """
     if not isinstance(query, str):
         raise TypeError(f"query must be a string, got {type(query).__name__}")
@@ -152,7 +156,11 @@ def search(
         query_embedding = model.encode_query(
             [query], instruction=instruction, batch_size=batch_size, normalize=True, **encode_kwargs
         )
-    scores, ids = index.search(np.asarray(query_embedding, dtype=np.float32), max(k, n_rerank))
+    query_embedding = np.asarray(query_embedding, dtype=np.float32)
+    if filter and "filter" not in inspect.signature(index.search).parameters:
+        raise ValueError(f"{type(index).__name__} cannot filter on metadata; a Milvus store can")
+    extra = {"filter": filter} if filter else {}
+    scores, ids = index.search(query_embedding, max(k, n_rerank), **extra)
     candidates = [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if int(i) >= 0]
     hits = [SearchHit(i, s, index.text(i), s, rank) for rank, (i, s) in enumerate(candidates)]
     if n_rerank and hits:
