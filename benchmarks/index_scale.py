@@ -40,12 +40,19 @@ from _run_info import REPO, git_commit
 
 BACKENDS = {
     "flat": {"label": "faiss Flat (exact)", "kind": "faiss", "factory": "Flat", "search": {}},
-    "hnsw": {"label": "faiss HNSW32, efSearch 64", "kind": "faiss", "factory": "HNSW32", "search": {"efSearch": 64}},
+    "hnsw": {
+        "label": "faiss HNSW32, efSearch 64",
+        "kind": "faiss",
+        "factory": "HNSW32",
+        "search": {"efSearch": 64},
+        "sweep": {"efSearch": [16, 32, 64, 128, 256, 512]},
+    },
     "ivfpq": {
         "label": "faiss IVF1024,PQ32, nprobe 32",
         "kind": "faiss",
         "factory": "IVF1024,PQ32",
         "search": {"nprobe": 32},
+        "sweep": {"nprobe": [8, 16, 32, 64, 128, 256]},
     },
     "milvus": {"label": "milvus-lite AUTOINDEX", "kind": "milvus", "index_type": "AUTOINDEX", "search": {}},
     "milvus_flat": {"label": "milvus-lite FLAT", "kind": "milvus", "index_type": "FLAT", "search": {}},
@@ -137,6 +144,10 @@ def _rss_mb(field: str = "VmRSS") -> float:
     return float("nan")
 
 
+def _recall(found: np.ndarray, gt: np.ndarray) -> float:
+    return float(np.mean([len(set(f[:K].tolist()) & set(g.tolist())) / K for f, g in zip(found, gt, strict=True)]))
+
+
 def _latency(search, q: np.ndarray, n: int) -> dict:  # noqa: ANN001
     for i in range(10):
         search(q[i : i + 1])
@@ -190,7 +201,15 @@ def run_row(args: argparse.Namespace, name: str, size: int) -> dict:
         from genembed.retrieval.milvus_store import chunk_key
 
         gt = np.vectorize(lambda i: chunk_key(f"v{i}#0"))(gt)
-    recall = float(np.mean([len(set(f[:K].tolist()) & set(g.tolist())) / K for f, g in zip(found, gt, strict=True)]))
+    recall = _recall(found, gt)
+    sweep = {}
+    for name_, values in spec.get("sweep", {}).items():  # the search parameter's recall / latency trade-off
+        sweep[name_] = []
+        for value in values:
+            apply_search_params(index, {name_: value})
+            point = {"value": value, "recall@10": _recall(search(q), gt)}
+            sweep[name_].append(point | _latency(search, q, min(100, args.latency_queries)))
+        apply_search_params(index, spec["search"])
     return {
         "backend": name,
         "size": size,
@@ -202,6 +221,7 @@ def run_row(args: argparse.Namespace, name: str, size: int) -> dict:
         "recall@10": recall,
         "batch_search_s": batch_s,
         "latency": _latency(search, q, args.latency_queries),
+        **({"sweep": sweep} if sweep else {}),
         **extra,
     }
 
@@ -396,14 +416,23 @@ def report(path: Path) -> None:
             f"| {r['index_rss_mb']:,.0f} "
             f"| {r['peak_rss_mb']:,.0f} | {lat['p50_ms']:.2f} | {lat['p99_ms']:.2f} | {r['recall@10']:.3f} |"
         )
+    sweeps = [(r, param, p) for r in rows for param, points in r.get("sweep", {}).items() for p in points]
+    if sweeps:
+        lines += ["", "| vectors | backend | search parameter | recall@10 | p50 (ms) | p99 (ms) |"]
+        lines.append("|---:|---|---|---:|---:|---:|")
+        for r, param, p in sweeps:
+            lines.append(
+                f"| {r['size']:,} | faiss {r['factory']} | {param} {p['value']} | {p['recall@10']:.3f} "
+                f"| {p['p50_ms']:.2f} | {p['p99_ms']:.2f} |"
+            )
     path.with_suffix(".md").write_text("\n".join(lines) + "\n")
     sizes = sorted({r["size"] for r in rows})
     names = [b for b in BACKENDS if any(r["backend"] == b for r in rows)]
     panels = [("build_s", "build time (s)"), ("index_rss_mb", "index memory, RSS (MB)"), ("p50_ms", "query p50 (ms)")]
     panels.append(("recall@10", "recall@10 vs exact"))
-    fig, axes = plt.subplots(1, 4, figsize=(18, 4.2))
+    fig, axes = plt.subplots(1, 5, figsize=(23, 4.2))
     width = 0.8 / max(len(names), 1)
-    for ax, (field, title) in zip(axes, panels, strict=True):
+    for ax, (field, title) in zip(axes[:4], panels, strict=True):
         for j, name in enumerate(names):
             values = []
             for size in sizes:
@@ -416,9 +445,20 @@ def report(path: Path) -> None:
         if field != "recall@10":
             ax.set_yscale("log")
     axes[0].legend(fontsize=8)
+    for r in rows:  # recall against latency as efSearch / nprobe grow
+        for param, points in r.get("sweep", {}).items():
+            label = f"{r['backend']} {r['size']:,}: {param} {points[0]['value']}..{points[-1]['value']}"
+            axes[4].plot([p["p50_ms"] for p in points], [p["recall@10"] for p in points], marker="o", label=label)
+    axes[4].set_xscale("log")
+    axes[4].set_xlabel("query p50 (ms)")
+    axes[4].set_title("recall@10 vs latency, sweeping the search parameter")
+    axes[4].legend(fontsize=7)
     threads = results["config"]["threads"]
     fig.suptitle(f"index scale: {results['config']['dim']}-d unit vectors, k={K}, {threads} thread(s)")
-    fig.tight_layout()
+    stopped = [f"{BACKENDS[r['backend']]['label']} at {r['size']:,}: {r['stopped']}" for r in rows if "stopped" in r]
+    fig.tight_layout(rect=(0, 0.06 * bool(stopped), 1, 1))
+    if stopped:
+        fig.text(0.01, 0.01, "not measured: " + "; ".join(stopped), fontsize=8)
     fig.savefig(path.with_suffix(".png"), dpi=110)
     print(f"wrote {path}, {path.with_suffix('.md')} and {path.with_suffix('.png')}")
 

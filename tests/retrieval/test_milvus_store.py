@@ -178,3 +178,27 @@ def test_another_model_is_refused(tiny_model, docs_file, more_file, lite, tmp_pa
     # another collection in the same database is independent
     second = _build(other, [more_file], parse_location(lite, collection="second"))
     assert len(second) < len(index) and open_index(lite, collection="second").manifest["model"]["name"] == other.name
+
+
+def test_milvus_index_type_and_parameters(tiny_model, docs_file, lite):
+    index = _build(
+        tiny_model,
+        [docs_file],
+        lite,
+        index_type="hnsw",
+        index_params={"M": 8, "efConstruction": 32},
+        search_params={"ef": 16},
+    )
+    assert index.manifest["milvus"] == {
+        "index_type": "HNSW",
+        "index_params": {"M": 8, "efConstruction": 32},
+        "search_params": {"ef": 16},
+    }
+    described = index.client.describe_index(index.name, "vector")
+    assert described["index_type"] == "HNSW" and described["metric_type"] == "IP"  # milvus-lite omits M here
+    queries = index.encode_queries(tiny_model, QUERIES)
+    exact = index.search(queries, 5)[1]
+    index.set_search_params({"ef": 64})
+    assert (
+        index.search_params == {"ef": 64} and index.search(queries, 5, params={"ef": 128})[1].tolist() == exact.tolist()
+    )
