@@ -110,6 +110,9 @@ def test_sample_next_greedy_and_top_p():
     # top_p = 0.9 on row 0 keeps tokens 1 and 3 (p = .48, .44, cumulative .92) and never 0 or 2
     draws = torch.stack([sample_next(logits, temperature=1.0, top_p=0.9, generator=gen) for _ in range(400)])
     assert set(draws[:, 0].tolist()) == {1, 3}
+    # a top_p too small for float32 (found by the API fuzz) and a tiny temperature still keep the top token
+    tiny = sample_next(logits, temperature=1e-12, top_p=5e-324, generator=gen)
+    assert tiny.tolist() == [1, 0]
 
 
 def test_sample_next_matches_softmax_frequencies():

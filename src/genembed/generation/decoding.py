@@ -63,7 +63,9 @@ def sample_next(
         sorted_probs, order = probs.sort(dim=-1, descending=True)
         # drop a token when the tokens ranked above it already reach top_p
         before = sorted_probs.cumsum(dim=-1) - sorted_probs
-        sorted_probs = sorted_probs.masked_fill(before >= top_p, 0.0)
+        drop = before >= top_p
+        drop[..., 0] = False  # the top token always stays (a top_p below float32's smallest value is 0 here)
+        sorted_probs = sorted_probs.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
     return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
 
