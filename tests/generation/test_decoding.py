@@ -113,6 +113,8 @@ def test_sample_next_greedy_and_top_p():
     # a top_p too small for float32 (found by the API fuzz) and a tiny temperature still keep the top token
     tiny = sample_next(logits, temperature=1e-12, top_p=5e-324, generator=gen)
     assert tiny.tolist() == [1, 0]
+    for temperature in (5e-324, 1e-30, 1e-6):  # below float32's range, or overflowing logits / temperature
+        assert sample_next(logits, temperature=temperature, generator=gen).tolist() == [1, 0]
 
 
 def test_sample_next_matches_softmax_frequencies():

@@ -56,9 +56,11 @@ def sample_next(
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
     if logits.dim() != 2:
         raise ValueError(f"logits must be (batch, vocab), got shape {tuple(logits.shape)}")
-    if temperature == 0:
+    if temperature < torch.finfo(torch.float32).tiny:  # 0, or so small that float32 division gives 0/0: greedy
         return logits.argmax(dim=-1)
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    logits = logits.float()
+    shifted = logits - logits.amax(dim=-1, keepdim=True)  # <= 0: a small temperature underflows, never overflows
+    probs = torch.softmax(shifted / temperature, dim=-1)
     if top_p < 1.0:
         sorted_probs, order = probs.sort(dim=-1, descending=True)
         # drop a token when the tokens ranked above it already reach top_p
