@@ -123,7 +123,8 @@ def _placed(model, index, query, sources, mode) -> Context:
     segments += [(s.id, ids, docs_cached) for s, ids in zip(sources, doc_ids, strict=True)]
     if order == "doc_first":
         segments = segments[1:] + segments[:1]
-    placed, offset = [Segment("head", head, encode_segment(lm, head, attention="causal"))], len(head)
+    head_kv = encode_segment(lm, head, attention="causal") if segments[0][2] else None  # before a cached one
+    placed, offset = [Segment("head", head, head_kv)], len(head)
     for name, ids, cached in segments:
         kv = None
         if cached:

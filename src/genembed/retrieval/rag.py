@@ -170,7 +170,12 @@ def build_context(
     head_kv, q_kv = None, None
     if query_cached:
         head_kv, q_kv = _query_states(model, query, head, q_ids)
-    elif docs_cached and head:
+    # the head is cached only before a cached segment: computed with the passages after it, one pass
+    # from position 0 takes the fast causal path (a prefill on top of a cache builds an explicit mask)
+    first_cached = query_cached if order == "query_first" else docs_cached
+    if not first_cached:
+        head_kv = None
+    elif head_kv is None and head:
         head_kv = segment_states(model, [], [head])[1][0]
     h = len(head)
     q_seg = Segment("query", q_ids, q_kv, at=h)
