@@ -90,7 +90,8 @@ def build_index(
         center=getattr(model, "center", False),
     )
     options = config.options()  # validate before any work
-    warn_if_untrained(getattr(model, "trained_for", None), getattr(model, "adapter", None), **_method(options))
+    trained_for, adapter = getattr(model, "trained_for", None), getattr(model, "adapter", None)
+    warn_if_untrained(trained_for, adapter, options.method, options.attention)
     _prepare_folder(out, overwrite)
     chunks = chunk_documents(
         read_sources(sources), model.backbone.tokenizer, chunk_tokens=chunk_tokens, overlap=overlap
@@ -250,10 +251,6 @@ def _run(
     )
     shutil.rmtree(build, ignore_errors=True)
     return index
-
-
-def _method(options: Any) -> dict[str, str]:
-    return {"method": options.method, "attention": options.attention}
 
 
 def _embedding_pass_reusable(model: Any, config: EmbedConfig, prompt: RagPrompt, texts: list[str]) -> bool:
