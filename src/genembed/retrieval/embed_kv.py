@@ -1,8 +1,9 @@
 """Embed texts the way an index does and keep each text's KV states from that same pass.
 
 The KV states are those of the text's whole prompt (template, instruction and text; for GIRCSE not the
-soft tokens), computed with the method's attention at positions ``0 .. L-1``. A RAG context reuses them
-as the prompt's segment (see :mod:`genembed.retrieval.context`). Embeddings match
+soft tokens), computed with the method's attention at positions ``0 .. L-1``. A RAG prompt reuses the
+span of them that is its segment only when this pass is the generator's own (same weights, causal
+attention, same tokens; see :mod:`genembed.retrieval.segment_kv`). Embeddings match
 :meth:`genembed.GenerativeEmbedder.encode` with the same settings (tested).
 """
 

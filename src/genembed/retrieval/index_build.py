@@ -107,7 +107,8 @@ def build_index(
         center=getattr(model, "center", False),
     )
     options = config.options()  # validate before any work
-    warn_if_untrained(getattr(model, "trained_for", None), getattr(model, "adapter", None), **_method(options))
+    trained_for, adapter = getattr(model, "trained_for", None), getattr(model, "adapter", None)
+    warn_if_untrained(trained_for, adapter, options.method, options.attention)
     store = store_settings(
         location, model.dim, index_type=index_type, index_params=index_params, search_params=search_params
     )
@@ -317,10 +318,6 @@ def generation_states(
     return [
         (k[:, :, h : h + len(s)], v[:, :, h : h + len(s)]) for (k, v), s in zip(embedding_kv, segments, strict=True)
     ]
-
-
-def _method(options: Any) -> dict[str, str]:
-    return {"method": options.method, "attention": options.attention}
 
 
 def embedding_pass_reusable(model: Any, config: EmbedConfig, prompt: RagPrompt, texts: list[str]) -> bool:
