@@ -35,6 +35,7 @@ index_cmd.index_app.command("delete")(index_store_cmd.delete)
 app.add_typer(index_cmd.index_app, name="index")
 app.command("ask")(ask_cmd.ask)
 app.command("train")(train_cmd.train)
+app.command("export-checkpoint")(train_cmd.export_checkpoint)
 app.command("make-gen-data")(gen_data_cmd.make_gen_data)
 
 

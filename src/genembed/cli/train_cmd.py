@@ -3,6 +3,7 @@
 genembed train configs/tiny-gircse.yaml
 genembed train configs/gircse-smollm2.yaml train.max_steps=200 loss.temperature=0.05
 genembed train configs/gircse-smollm2.yaml --resume
+genembed export-checkpoint runs/gircse-smollm2 --step 100 --out runs/gircse-smollm2-step100
 accelerate launch --multi_gpu --num_processes 2 $(which genembed) train configs/tiny-gircse.yaml
 """
 
@@ -42,3 +43,24 @@ def train(
     summary = result.output_dir / "summary.json"
     typer.echo(f"trained {result.steps} steps in {result.seconds:.0f} s; final loss {result.final_loss:.4f}")
     typer.echo(f"output: {result.output_dir} (metrics.jsonl, metrics.png, {summary.name})")
+
+
+def export_checkpoint(
+    run_dir: Annotated[Path, typer.Argument(help="a training run folder (train.output_dir)")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="adapter folder to write (must not exist)")],
+    step: Annotated[
+        int | None, typer.Option("--step", min=1, help="checkpoint step (default: the newest)", show_default=False)
+    ] = None,
+) -> None:
+    """Write a checkpoint of a run (finished or not) as an adapter folder for genembed.load and eval."""
+    from genembed._files import DamagedFileError
+    from genembed.backbone import MissingModelError
+    from genembed.training import ConfigError
+    from genembed.training.export import export_checkpoint as export
+
+    try:
+        folder = export(run_dir, out, step=step)
+    except (ConfigError, DamagedFileError, MissingModelError) as exc:
+        typer.secho(f"error: {exc}", fg="red", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(f"wrote {folder}: genembed eval DATA --adapter {folder}")

@@ -1,0 +1,81 @@
+"""Turn a training checkpoint into an adapter folder that ``genembed.load`` and ``genembed eval`` read.
+
+A run writes its adapter only when it finishes; its checkpoints (``checkpoints/step-N``) hold the
+trainable weights with the optimizer state. Exporting one lets a long run be scored on the way
+(choosing between checkpoints as between finished runs) without stopping or changing it:
+
+    genembed export-checkpoint runs/gircse-smollm2-v2 --step 60 --out runs/v2-step60
+    genembed eval ../shared/data/dev --adapter runs/v2-step60
+
+The folder gets the adapter files a finished run writes and the run's ``genembed_train.yaml`` (so the
+adapter says what it was trained for, :mod:`genembed.adapter_info`), with ``step`` recorded in
+``exported_from.json``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from .._files import atomic_write_json
+from ..backbone.cache import atomic_directory
+from .checkpoint import latest_checkpoint, load_checkpoint
+from .config import ConfigError, load_config
+from .lora import load_trainable_state, make_trainable, save_trained
+
+__all__ = ["export_checkpoint"]
+
+_CONFIG = "genembed_train.yaml"
+
+
+def export_checkpoint(run_dir: str | os.PathLike, out: str | os.PathLike, *, step: int | None = None) -> Path:
+    """Write the weights of checkpoint ``step`` (default: the newest) of the run in ``run_dir`` to ``out``.
+
+    Returns:
+        The output folder, loadable with ``genembed.load(base, adapter=out)`` (LoRA runs) or
+        ``genembed.load(out)`` (full fine-tuning).
+
+    Raises:
+        ConfigError: ``run_dir`` holds no run config or no such checkpoint, or ``out`` already exists.
+        DamagedFileError: the checkpoint's files do not match what its ``state.json`` recorded.
+    """
+    from .loop import _init_adapter, _load_backbone
+
+    run_dir, out = Path(run_dir), Path(out)
+    if not (run_dir / _CONFIG).is_file():
+        raise ConfigError(f"{run_dir} is not a training run folder: it has no {_CONFIG}")
+    checkpoint = _find(run_dir / "checkpoints", step)
+    if out.exists():
+        raise ConfigError(f"{out} already exists: choose another --out or delete it")
+    cfg = load_config(run_dir / _CONFIG)
+    saved = load_checkpoint(checkpoint)  # checked (size, digest) before the model is loaded
+    backbone = _load_backbone(cfg)
+    model = make_trainable(
+        backbone.model,
+        lora=cfg.lora.enabled,
+        init_from=_init_adapter(cfg.lora.init_from),
+        r=cfg.lora.r,
+        alpha=cfg.lora.alpha,
+        dropout=cfg.lora.dropout,
+        target_modules=cfg.lora.target_modules,
+    )
+    load_trainable_state(model, saved["weights"])
+    with atomic_directory(out) as tmp:
+        save_trained(model.eval(), backbone.tokenizer, tmp)
+        shutil.copyfile(run_dir / _CONFIG, tmp / _CONFIG)
+        atomic_write_json(tmp / "exported_from.json", {"run": str(run_dir.resolve()), "step": saved["step"]})
+    return out
+
+
+def _find(folder: Path, step: int | None) -> Path:
+    if step is None:
+        found = latest_checkpoint(folder)
+        if found is None:
+            raise ConfigError(f"{folder} holds no checkpoint (a run writes one every train.save_every steps)")
+        return found
+    path = folder / f"step-{step:07d}"
+    if not path.is_dir():
+        have = sorted(p.name for p in folder.glob("step-*")) if folder.is_dir() else []
+        raise ConfigError(f"no checkpoint for step {step} in {folder} (there are: {', '.join(have) or 'none'})")
+    return path
