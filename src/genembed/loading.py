@@ -127,15 +127,20 @@ def _load_saved(
         ) from exc
     backbone.name = settings["backbone"]["name"]
     saved_adapter = (folder / "adapter_config.json").is_file()
-    adapter_name, joint, adapter_path = None, False, None
+    adapter_name, adapter_path = None, None
     if adapter is None and saved_adapter:
         attach_adapter(backbone, folder)
         adapter_path = folder
-        adapter_name, joint = settings.get("adapter") or folder.name, bool(settings.get("generation_adapter"))
+        adapter_name = settings.get("adapter") or folder.name
     elif adapter not in (None, False):
         adapter_path = Path(os.path.expanduser(str(adapter)))
         attach_adapter(backbone, adapter_path)
-        adapter_name, joint = adapter_path.name, trained_for_generation(adapter_path)
+        adapter_name = adapter_path.name
+    trained_for = read_trained_for(adapter_path) if adapter_path else None
+    if adapter_path == folder:  # the saved model's own adapter: as it was saved
+        joint = bool(settings.get("generation_adapter"))
+    else:
+        joint = bool(trained_for and trained_for.generation)
     encode = dict(settings["encode"])
     encode["tau"] = encode["tau"] if tau is None else tau
     encode["center"] = encode["center"] if center is None else center
@@ -146,7 +151,7 @@ def _load_saved(
         raise ValueError(f"{where}: {exc}") from exc
     model.generation_adapter = joint
     model.adapter_path = str(adapter_path.resolve()) if adapter_path else None
-    model.trained_for = read_trained_for(adapter_path) if adapter_path else None
+    model.trained_for = trained_for
     digest = settings.get("calibration_sha256")
     if model.center and digest and digest != calibration_digest():
         logger.warning(
