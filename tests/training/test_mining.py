@@ -206,3 +206,17 @@ def test_cli_mines_and_reports_bad_input(tmp_path, tiny_folder):
     result = CliRunner().invoke(app, ["mine-negatives", str(bad), "--out", str(tmp_path / "x.jsonl"), *common])
     assert result.exit_code == 2
     assert f"{bad}:1: unknown field 'negs'" in result.output
+
+
+def test_a_changed_model_does_not_reuse_the_cached_embeddings(tmp_path, tiny_model):
+    src, out = _labelled(tmp_path), tmp_path / "out.jsonl"
+    cache = tmp_path / "out.jsonl.mining"
+    _mine(tiny_model, [src], out, keep_cache=True)
+    before = {p.name for p in cache.iterdir() if p.is_dir()}
+    assert len(before) == 2  # one folder for the queries, one for the pool
+    with torch.no_grad():  # the next stage's weights
+        next(tiny_model.backbone.model.parameters()).add_(0.5)
+    _mine(tiny_model, [src], out, keep_cache=True)
+    after = {p.name for p in cache.iterdir() if p.is_dir()}
+    assert len(after) == 4 and before < after
+    assert out.read_bytes() == _mine(tiny_model, [src], tmp_path / "fresh.jsonl").out.read_bytes()

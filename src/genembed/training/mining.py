@@ -141,16 +141,22 @@ def _read(paths: Sequence[Path], symmetric: Sequence[bool], doc_instruction: str
 
 
 def _embed(
-    model: Any, texts: list[str], instruction: str, options: EncodeOptions, cache: Path, side: str, **kw: Any
+    model: Any,
+    model_key: str,
+    texts: list[str],
+    instruction: str,
+    options: EncodeOptions,
+    cache: Path,
+    side: str,
+    **kw: Any,
 ) -> np.ndarray:
-    """``(n, dim)`` normalised embeddings of ``texts`` through resumable corpus shards under ``cache``."""
-    from ..eval.encoders import GenembedEncoder
-
+    """``(n, dim)`` normalised embeddings of ``texts`` through resumable corpus shards under ``cache``;
+    ``model_key`` identifies the model's weights, so a folder is never reused across models."""
     lines = "".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in texts)
     settings = {k: v for k, v in vars(options).items() if k not in ("batch_size", "fast_path")}
-    model_key = GenembedEncoder(model).cache_key  # weights, adapter tensors, dtype and encoding code
+    texts_key = hashlib.blake2b(lines.encode()).hexdigest()
     key = hashlib.blake2b(
-        json.dumps([model_key, settings, instruction, lines], sort_keys=True).encode(), digest_size=8
+        json.dumps([model_key, settings, instruction, texts_key], sort_keys=True).encode(), digest_size=8
     ).hexdigest()
     source, folder = cache / f"{side}-{key}.jsonl", cache / f"{side}-{key}"
     if not source.is_file():
@@ -250,7 +256,10 @@ def mine_negatives(
         if r.row.label is not None:
             by_label.setdefault(r.row.label, set()).update(where[t] for t in r.row.pos)
 
+    from ..eval.encoders import GenembedEncoder
+
     cache = out.with_name(out.name + ".mining")
+    model_key = GenembedEncoder(model).cache_key  # weights, adapter tensors, dtype and encoding code
     kw = {"shard_size": shard_size, "show_progress_bar": show_progress_bar}
     q_opts = EncodeOptions(**{**vars(options), "max_length": query_max_length})
     d_opts = EncodeOptions(**{**vars(options), "max_length": doc_max_length})
@@ -259,9 +268,9 @@ def mine_negatives(
     for inst in dict.fromkeys(r.row.instruction for r in rows):
         texts = list(dict.fromkeys(r.row.query for r in rows if r.row.instruction == inst))
         q_index.update({(inst, t): i for i, t in enumerate(texts)})
-        queries[inst] = _embed(model, texts, inst, q_opts, cache, "queries", **kw)
+        queries[inst] = _embed(model, model_key, texts, inst, q_opts, cache, "queries", **kw)
     docs = {
-        inst: _embed(model, pool, inst, d_opts, cache, "pool", **kw)
+        inst: _embed(model, model_key, pool, inst, d_opts, cache, "pool", **kw)
         for inst in dict.fromkeys(r.doc_instruction for r in rows)
     }
 
