@@ -51,6 +51,7 @@ def test_every_model_command_takes_device_cpu(tmp_path, tiny_folder, devices, mo
         )
     )
     _jsonl(task / "pairs.jsonl", [{"s1": f"a {i} b", "s2": f"a {i} c", "score": i % 5} for i in range(6)])
+    pairs = _jsonl(tmp_path / "pairs.jsonl", [{"query": f"q{i}", "pos": [f"p{i}"]} for i in range(3)])
     monkeypatch.setattr(genembed.serve, "run_server", lambda *a, **k: None)  # build the app, do not serve it
 
     commands = [
@@ -74,6 +75,7 @@ def test_every_model_command_takes_device_cpu(tmp_path, tiny_folder, devices, mo
             "2",
             *model,
         ],
+        ["mine-negatives", str(pairs), "--out", str(tmp_path / "mined.jsonl"), "--steps", "1", "--quiet", *model],
     ]
     for args in commands:
         _run(args)

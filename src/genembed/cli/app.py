@@ -14,6 +14,7 @@ from . import (
     index_cmd,
     index_store_cmd,
     inspect_cmd,
+    mine_cmd,
     serve_cmd,
     train_cmd,
 )
@@ -37,6 +38,7 @@ app.command("ask")(ask_cmd.ask)
 app.command("train")(train_cmd.train)
 app.command("export-checkpoint")(train_cmd.export_checkpoint)
 app.command("make-gen-data")(gen_data_cmd.make_gen_data)
+app.command("mine-negatives")(mine_cmd.mine_negatives)
 
 
 @app.command("version")

@@ -1,0 +1,101 @@
+"""``genembed mine-negatives IN.jsonl [IN2.jsonl ...] --out OUT.jsonl``: hard negatives mined by a model.
+
+genembed mine-negatives ../shared/data/train/wikiqa.jsonl --out mined/wikiqa.jsonl --adapter runs/stage1/final
+genembed mine-negatives ../shared/data/train/reviews.jsonl --symmetric --out mined/reviews.jsonl
+
+Rerun the same command after an interruption: the embeddings already in ``OUT.jsonl.mining/`` are kept.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ._common import AdapterOpt, DeviceOpt, DtypeOpt, ModelOpt, load_model
+
+
+def _fail(message: str) -> None:
+    typer.secho(f"error: {message}", fg="red", err=True)
+    raise typer.Exit(2)
+
+
+def mine_negatives(
+    inputs: Annotated[list[Path], typer.Argument(metavar="IN.jsonl...", help="contrastive training files")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="output JSONL: the rows with mined negatives")],
+    model: ModelOpt = None,
+    adapter: AdapterOpt = None,
+    dtype: DtypeOpt = "auto",
+    device: DeviceOpt = "auto",
+    method: Annotated[
+        str | None, typer.Option("--method", help="gircse, mean, last or grit (default: the model's)")
+    ] = None,
+    steps: Annotated[
+        int | None, typer.Option("--steps", "-k", min=1, help="GIRCSE soft tokens K (default: the model's)")
+    ] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="texts per forward pass")] = 32,
+    symmetric: Annotated[
+        bool, typer.Option("--symmetric", help="documents carry the row's instruction (a symmetric training file)")
+    ] = False,
+    doc_instruction: Annotated[
+        str, typer.Option("--doc-instruction", help="instruction on documents otherwise (data.doc_instruction)")
+    ] = "",
+    depth: Annotated[int, typer.Option("--depth", min=1, help="candidates searched per query")] = 30,
+    num_negatives: Annotated[int, typer.Option("--num-negatives", "-n", min=0, help="mined negatives per row")] = 3,
+    margin: Annotated[
+        float, typer.Option("--margin", min=0.0, help="drop candidates above margin x the positive's score (0: off)")
+    ] = 0.95,
+    skip_top: Annotated[int, typer.Option("--skip-top", min=0, help="ranks skipped before filtering")] = 0,
+    keep_original: Annotated[
+        bool, typer.Option("--keep-original/--no-keep-original", help="keep the rows' own negatives first")
+    ] = True,
+    query_max_length: Annotated[int, typer.Option("--query-max-length", min=1, help="tokens per query")] = 64,
+    doc_max_length: Annotated[int, typer.Option("--doc-max-length", min=1, help="tokens per document")] = 128,
+    shard_size: Annotated[int, typer.Option("--shard-size", min=1, help="texts per cached embedding shard")] = 1024,
+    keep_cache: Annotated[bool, typer.Option("--keep-cache", help="keep OUT.mining/ after writing OUT")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bars")] = False,
+) -> None:
+    """Set each row's negatives to the hardest texts of the files' pool that the model ranks (docs/training.md)."""
+    from genembed._files import DamagedFileError
+    from genembed.encoders import EncodeOptions
+    from genembed.training.mining import mine_negatives as mine
+
+    for path in inputs:
+        if not path.is_file():
+            _fail(f"input file not found: {path}")
+    loaded = load_model(model, adapter, dtype, None, device)
+    try:
+        options = EncodeOptions.build(
+            method=method or loaded.method,
+            steps=steps or loaded.steps,
+            attention=loaded.attention if method is None else None,
+            prompt_format=loaded.prompt_format if method is None else None,
+            tau=loaded.tau,
+            batch_size=batch_size,
+        )
+        result = mine(
+            loaded,
+            inputs,
+            out,
+            symmetric=symmetric,
+            doc_instruction=doc_instruction,
+            options=options,
+            query_max_length=query_max_length,
+            doc_max_length=doc_max_length,
+            depth=depth,
+            num_negatives=num_negatives,
+            margin=margin,
+            skip_top=skip_top,
+            keep_original=keep_original,
+            shard_size=shard_size,
+            keep_cache=keep_cache,
+            show_progress_bar=not quiet,
+        )
+    except (ValueError, DamagedFileError) as exc:  # DataError is a ValueError
+        _fail(str(exc))
+    removed = ", ".join(f"{k} {v}" for k, v in result.removed.items() if v)
+    typer.echo(
+        f"{result.rows} rows, pool {result.pool} texts: {result.mined} negatives mined "
+        f"({result.short_rows} rows got fewer than {num_negatives}); removed: {removed or 'none'} -> {result.out}"
+    )
