@@ -120,9 +120,9 @@ def test_other_settings_are_refused_unless_overwrite(tiny, tmp_path):
     [
         ('{"id": 1, "txt": "typo"}', r"c\.jsonl:3: missing field 'text'"),
         ('{"id": 1, "text": 5}', r"c\.jsonl:3: field 'text' must be a string, got int"),
-        ('{"id": [1], "text": "x"}', r"c\.jsonl:3: field 'id' must be a string or integer"),
+        ('{"id": [1], "text": "x"}', r"c\.jsonl:3: field 'id' must be a string or an integer"),
         ("{not json", r"c\.jsonl:3: not valid JSON"),
-        ("[1, 2]", r"c\.jsonl:3: expected a JSON object or string, got list"),
+        ("[1, 2]", r"c\.jsonl:3: each line must be a JSON object or string, got list"),
     ],
 )
 def test_a_bad_record_names_file_line_and_field(tiny, tmp_path, line, message):

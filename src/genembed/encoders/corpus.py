@@ -21,7 +21,6 @@ encodes the shards ``s`` with ``s % W == r``; rank 0 writes the manifest after a
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -35,10 +34,14 @@ from .._files import (
     DamagedFileError,
     atomic_write_json,
     atomic_write_npy,
+    count_lines,
     file_digest,
+    parse_jsonl_line,
     read_json,
+    read_lines,
     read_npy,
     remove_temp_files,
+    require_field,
 )
 from .centering import apply_centre, centre
 from .embedder import EncodeOptions, encode_texts
@@ -70,8 +73,7 @@ class CorpusResult:
 
 def count_records(path: str | os.PathLike) -> int:
     """Non-blank lines of a JSON-lines file, counted without parsing them."""
-    with open(path, "rb") as f:
-        return sum(1 for line in f if line.strip())
+    return count_lines(path)
 
 
 def read_records(
@@ -89,43 +91,27 @@ def read_records(
     record number. ``wanted(record_number)`` False yields None instead, without parsing the line.
 
     Raises:
-        ValueError: a malformed line; the message names the file, line number and field.
+        FileFormatError: a malformed line (a ``ValueError``); the message names the file, line number
+            and field.
     """
-    record = 0
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            if wanted is not None and not wanted(record):
-                yield None
-            else:
-                yield (record, *_parse(line, f"{path}:{line_no}", record, text_field, id_field, title_field))
-            record += 1
+    for record, (number, line) in enumerate(read_lines(path)):
+        if wanted is not None and not wanted(record):
+            yield None
+        else:
+            yield (record, *_parse(line, path, number, record, text_field, id_field, title_field))
 
 
-def _parse(line: str, where: str, record: int, text_field: str, id_field: str, title_field: str | None):
-    try:
-        item = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{where}: not valid JSON ({exc.msg})") from exc
+def _parse(line: str, path: Any, number: int, record: int, text_field: str, id_field: str, title_field: str | None):
+    item = parse_jsonl_line(line, path, number, expected="a JSON object or string", strings=True)
     if isinstance(item, str):
         return record, item
-    if not isinstance(item, dict):
-        raise ValueError(f"{where}: expected a JSON object or string, got {type(item).__name__}")
-    if text_field not in item:
-        raise ValueError(f"{where}: missing field {text_field!r} (fields: {sorted(item)})")
-    text = item[text_field]
-    if not isinstance(text, str):
-        raise ValueError(f"{where}: field {text_field!r} must be a string, got {type(text).__name__}")
+    text = require_field(item, text_field, str, path, number)
     title = item.get(title_field) if title_field else None
-    if title is not None and not isinstance(title, str):
-        raise ValueError(f"{where}: field {title_field!r} must be a string, got {type(title).__name__}")
+    if title is not None:  # an explicit null title is no title
+        title = require_field(item, title_field, str, path, number)
     if title:
         text = f"{title} {text}"
-    doc_id = item.get(id_field, record)
-    if not isinstance(doc_id, str | int):
-        raise ValueError(f"{where}: field {id_field!r} must be a string or integer, got {type(doc_id).__name__}")
-    return doc_id, text
+    return require_field(item, id_field, (str, int), path, number, default=record), text
 
 
 def _distributed() -> tuple[int, int, bool]:
