@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -149,10 +150,10 @@ def test_input_is_streamed_one_shard_at_a_time(tiny, tmp_path, monkeypatch):
 
 def test_each_rank_encodes_its_own_shards(tiny, tmp_path, monkeypatch):
     _write_corpus(tmp_path / "c.jsonl", 11)
-    monkeypatch.setattr(corpus_mod, "_barrier", lambda world: None)
+    monkeypatch.setattr(corpus_mod, "barrier", lambda: None)
     done = {}
     for rank in (1, 0):  # rank 0 last: it writes the manifest once every shard exists
-        monkeypatch.setattr(corpus_mod, "_distributed", lambda rank=rank: (rank, 2, False))
+        monkeypatch.setattr(corpus_mod, "process_group", lambda rank=rank: contextlib.nullcontext((rank, 2)))
         result = encode_corpus(
             tiny, tmp_path / "c.jsonl", tmp_path / "out", OPTIONS, shard_size=3, show_progress_bar=False
         )

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._distributed import barrier, process_group
 from .._files import (
     DamagedFileError,
     atomic_write_json,
@@ -114,31 +115,11 @@ def _parse(line: str, path: Any, number: int, record: int, text_field: str, id_f
     return require_field(item, id_field, (str, int), path, number, default=record), text
 
 
-def _distributed() -> tuple[int, int, bool]:
-    """``(rank, world size, whether we created the process group)``: joins the group that torchrun /
-    accelerate launch describe in the environment (gloo on CPU), or ``(0, 1, False)`` without one."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size(), False
-    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
-        return 0, 1, False
-    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-    return dist.get_rank(), dist.get_world_size(), True
-
-
-def _barrier(world: int) -> None:
-    if world > 1:
-        import torch.distributed as dist
-
-        dist.barrier()
-
-
 def _shard_paths(out_dir: Path, shard: int) -> tuple[Path, Path]:
     return out_dir / f"shard-{shard:06d}.npy", out_dir / f"shard-{shard:06d}.ids.json"
 
 
-def _prepare_folder(out_dir: Path, config: dict, overwrite: bool, rank: int, world: int) -> None:
+def _prepare_folder(out_dir: Path, config: dict, overwrite: bool, rank: int) -> None:
     """Refuse a folder made with other settings (every rank checks, so all fail alike), then rank 0
     clears it when overwriting and records the settings."""
     path = out_dir / _CONFIG
@@ -150,13 +131,13 @@ def _prepare_folder(out_dir: Path, config: dict, overwrite: bool, rank: int, wor
                 f"{out_dir} holds embeddings made with other settings ({', '.join(changed)} differ); "
                 "use another --out folder, or --overwrite to start again"
             )
-    _barrier(world)
+    barrier()
     if rank == 0:
         if overwrite:
             for old_file in [*out_dir.glob("shard-*"), out_dir / _MANIFEST]:
                 old_file.unlink(missing_ok=True)
         atomic_write_json(path, config, indent=1)
-    _barrier(world)
+    barrier()
 
 
 def encode_corpus(
@@ -205,8 +186,7 @@ def encode_corpus(
     input_path, out_dir = Path(input_path), Path(out_dir)
     if not input_path.is_file():
         raise FileNotFoundError(f"input file not found: {input_path}")
-    rank, world, owned_group = _distributed()
-    try:
+    with process_group() as (rank, world):
         return _encode_shards(
             backbone,
             input_path,
@@ -223,11 +203,6 @@ def encode_corpus(
             overwrite=overwrite,
             show_progress_bar=show_progress_bar,
         )
-    finally:
-        if owned_group:
-            import torch.distributed as dist
-
-            dist.destroy_process_group()
 
 
 def _encode_shards(
@@ -262,7 +237,7 @@ def _encode_shards(
         "input_records": total,
         "input_bytes": input_path.stat().st_size,
     }
-    _prepare_folder(out_dir, config, overwrite, rank, world)
+    _prepare_folder(out_dir, config, overwrite, rank)
 
     mine = [s for s in range(n_shards) if s % world == rank]
     done = {s for s in mine if _shard_paths(out_dir, s)[0].is_file()}
@@ -300,7 +275,7 @@ def _encode_shards(
             atomic_write_npy(npy, embeddings.numpy().astype(np.float32))
             result.encoded_shards.append(shard)
             bar.update(len(texts))
-    _barrier(world)
+    barrier()
     if rank == 0:
         _write_manifest(out_dir, total, n_shards)
         remove_temp_files(out_dir)  # left by a run that was killed mid-write
