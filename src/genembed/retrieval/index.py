@@ -41,6 +41,7 @@ from .faiss_factory import (
 from .kv_ops import KV
 from .kv_store import KVStore
 from .rag_prompt import RagPrompt
+from .search import no_hits
 
 __all__ = ["BUILD_DIR", "FORMAT_VERSION", "MANIFEST", "ChunkRecord", "Index"]
 
@@ -229,8 +230,7 @@ class Index(ManifestQueries):
             )
         apply_search_params(self.faiss_index, parse_search_params(params))
         top = min(k, len(self))
-        scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
-        ids = np.full((len(queries), k), -1, dtype=np.int64)
+        scores, ids = no_hits(len(queries), k)
         if top:
             scores[:, :top], ids[:, :top] = self.faiss_index.search(queries, top)
         return scores, ids

@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["ExactIndex", "SearchHit", "SearchIndex", "search"]
+__all__ = ["ExactIndex", "SearchHit", "SearchIndex", "no_hits", "search"]
 
 
 @runtime_checkable
@@ -33,6 +33,12 @@ class SearchIndex(Protocol):
     def search(self, query_embeddings: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]: ...
 
     def text(self, i: int) -> str: ...
+
+
+def no_hits(n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(scores, ids)`` for ``n`` queries and ``k`` results before any is found: -inf float32 scores and
+    -1 int64 ids, the padding an index returns past its last result."""
+    return np.full((n, k), -np.inf, dtype=np.float32), np.full((n, k), -1, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -84,8 +90,7 @@ class ExactIndex:
         part = np.take_along_axis(sims, ids, axis=1)
         order = np.argsort(-part, axis=1, kind="stable")
         ids, part = np.take_along_axis(ids, order, axis=1), np.take_along_axis(part, order, axis=1)
-        scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
-        out = np.full((len(queries), k), -1, dtype=np.int64)
+        scores, out = no_hits(len(queries), k)
         scores[:, :top], out[:, :top] = part, ids
         return scores, out
 
