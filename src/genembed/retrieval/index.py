@@ -109,6 +109,10 @@ class ManifestQueries:
             model.backbone, texts, self.config, kind="query", keep_kv=False, batch_size=batch_size
         ).embeddings
 
+    def text(self, i: int) -> str:
+        """The text of chunk ``i`` as embedded: ``title + " " + text`` (needs ``chunk(i)``)."""
+        return self.chunk(i).embed_text
+
     def check_model(self, model: Any) -> None:
         """Raise ValueError unless ``model`` is the one the index was built with."""
         expected = self.manifest["model"]["name"]
@@ -238,10 +242,6 @@ class Index(ManifestQueries):
     def set_search_params(self, params: dict[str, float] | list[str] | None) -> None:
         """Set faiss search parameters (``{"efSearch": 128}``, ``["nprobe=16"]``) for later searches."""
         apply_search_params(self.faiss_index, parse_search_params(params))
-
-    def text(self, i: int) -> str:
-        """The text of chunk ``i`` as embedded: ``title + " " + text``."""
-        return self.chunks[i].embed_text
 
     def chunk(self, i: int) -> ChunkRecord:
         return self.chunks[i]

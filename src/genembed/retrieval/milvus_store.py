@@ -267,10 +267,6 @@ class MilvusIndex(ManifestQueries):
         """Set Milvus search parameters (``{"ef": 128}``, ``["nprobe=16"]``) for later searches."""
         self.search_params.update(parse_search_params(params))
 
-    def text(self, i: int) -> str:
-        """The text of chunk ``i`` as embedded: ``title + " " + text``."""
-        return self.chunk(i).embed_text
-
     def chunk(self, i: int) -> ChunkRecord:
         """Chunk ``i`` (a primary key from :meth:`search`) with its metadata.
 
