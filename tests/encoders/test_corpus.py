@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -120,9 +121,9 @@ def test_other_settings_are_refused_unless_overwrite(tiny, tmp_path):
     [
         ('{"id": 1, "txt": "typo"}', r"c\.jsonl:3: missing field 'text'"),
         ('{"id": 1, "text": 5}', r"c\.jsonl:3: field 'text' must be a string, got int"),
-        ('{"id": [1], "text": "x"}', r"c\.jsonl:3: field 'id' must be a string or integer"),
+        ('{"id": [1], "text": "x"}', r"c\.jsonl:3: field 'id' must be a string or an integer"),
         ("{not json", r"c\.jsonl:3: not valid JSON"),
-        ("[1, 2]", r"c\.jsonl:3: expected a JSON object or string, got list"),
+        ("[1, 2]", r"c\.jsonl:3: each line must be a JSON object or string, got list"),
     ],
 )
 def test_a_bad_record_names_file_line_and_field(tiny, tmp_path, line, message):
@@ -149,10 +150,10 @@ def test_input_is_streamed_one_shard_at_a_time(tiny, tmp_path, monkeypatch):
 
 def test_each_rank_encodes_its_own_shards(tiny, tmp_path, monkeypatch):
     _write_corpus(tmp_path / "c.jsonl", 11)
-    monkeypatch.setattr(corpus_mod, "_barrier", lambda world: None)
+    monkeypatch.setattr(corpus_mod, "barrier", lambda: None)
     done = {}
     for rank in (1, 0):  # rank 0 last: it writes the manifest once every shard exists
-        monkeypatch.setattr(corpus_mod, "_distributed", lambda rank=rank: (rank, 2, False))
+        monkeypatch.setattr(corpus_mod, "process_group", lambda rank=rank: contextlib.nullcontext((rank, 2)))
         result = encode_corpus(
             tiny, tmp_path / "c.jsonl", tmp_path / "out", OPTIONS, shard_size=3, show_progress_bar=False
         )

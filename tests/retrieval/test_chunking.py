@@ -33,8 +33,8 @@ def test_reads_jsonl_text_markdown_and_folders(tmp_path):
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ('{"id": 1, "text": "x"', "a.jsonl:2: invalid JSON"),
-        ('["x"]', "a.jsonl:2: expected a JSON object"),
+        ('{"id": 1, "text": "x"', "a.jsonl:2: not valid JSON"),
+        ('["x"]', "a.jsonl:2: each line must be a JSON object with 'id' and 'text', got list"),
         ('{"text": "x"}', "a.jsonl:2: missing field 'id'"),
         ('{"id": 2}', "a.jsonl:2: missing field 'text'"),
         ('{"id": 2, "text": 5}', "a.jsonl:2: field 'text' must be a string, got int"),

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from genembed.retrieval.search import ExactIndex, SearchHit, SearchIndex, search
+from genembed.retrieval.search import ExactIndex, SearchHit, SearchIndex, rerank_hits, retrieve_hits, search
 
 CORPUS = [
     "Paris is the capital of France.",
@@ -130,3 +130,28 @@ def test_rerank_scoring_is_passed_on(tiny_model):
     expected = tiny_model.rerank(QUERY, [CORPUS[i] for i in order], scoring="query_likelihood")
     assert [h.index for h in hits] == [order[r.index] for r in expected]
     assert [h.score for h in hits] == pytest.approx([r.score for r in expected])
+
+
+def test_retrieve_then_rerank_steps_without_a_model():
+    index = ExactIndex(np.eye(3, dtype=np.float32), ["a", "b", "c"])
+    hits = retrieve_hits(index, np.array([[0.1, 0.9, 0.5]], dtype=np.float32), 5)
+    assert [(h.index, h.text, h.retrieval_rank) for h in hits] == [(1, "b", 0), (2, "c", 1), (0, "a", 2)]  # no -1s
+    with pytest.raises(ValueError, match="ExactIndex cannot filter on metadata"):
+        retrieve_hits(index, np.ones((1, 3), dtype=np.float32), 2, filter="doc_id == 'a'")
+
+    class Reranker:
+        def rerank(self, query, documents, **kwargs):
+            self.kwargs = kwargs
+            scores = {"b": -2.0, "c": -1.0}
+            order = sorted(range(len(documents)), key=lambda i: -scores[documents[i]])
+            return [type("R", (), {"index": i, "score": scores[documents[i]]}) for i in order]
+
+    model = Reranker()
+    reranked = rerank_hits(model, "q", hits, 2, batch_size=4)
+    assert [(h.index, h.score, h.rerank_score) for h in reranked] == [
+        (2, -1.0, -1.0),
+        (1, -2.0, -2.0),
+        (0, pytest.approx(0.1), None),
+    ]
+    assert reranked[0].retrieval_score == pytest.approx(0.5) and model.kwargs == {"batch_size": 4}
+    assert rerank_hits(model, "q", hits, 0) == hits

@@ -30,6 +30,15 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
+def _input_errors() -> tuple[type[Exception], ...]:
+    """What building or adding to an index raises for bad sources, settings or index (its message says
+    what to do): reported as one line, not as a traceback. Bad sources raise ``SourceError``, a ValueError."""
+    from genembed._files import DamagedFileError
+    from genembed.retrieval.errors import IndexLoadError
+
+    return (IndexLoadError, DamagedFileError, FileNotFoundError, FileExistsError, ValueError)
+
+
 def _ref(value: str | None) -> str | None:
     """A model/adapter argument as stored in the manifest: local paths made absolute."""
     if value is None:
@@ -72,10 +81,7 @@ def build(
     kv_dir: Annotated[Path | None, typer.Option("--kv-dir", help="Milvus: folder for KV states")] = None,
 ) -> None:
     """Chunk, embed and index SOURCES. Rerun the same command after an interruption to resume."""
-    from genembed._files import DamagedFileError
-    from genembed.retrieval.chunking import SourceError
     from genembed.retrieval.embed_kv import EmbedConfig
-    from genembed.retrieval.errors import IndexLoadError
     from genembed.retrieval.faiss_factory import parse_search_params
     from genembed.retrieval.index_build import build_index
     from genembed.retrieval.kv_store import resolve_kv_dtype
@@ -113,7 +119,7 @@ def build(
             kv_dir=kv_dir,
             **store,
         )
-    except (SourceError, IndexLoadError, DamagedFileError, FileNotFoundError, FileExistsError, ValueError) as exc:
+    except _input_errors() as exc:
         _fail(str(exc))
     _print_info(index)
 
@@ -133,8 +139,6 @@ def add(
 ) -> None:
     """Append SOURCES to an index (same model and settings; a Milvus store replaces known document ids).
     Resumes like `build`."""
-    from genembed._files import DamagedFileError
-    from genembed.retrieval.chunking import SourceError
     from genembed.retrieval.errors import IndexLoadError
     from genembed.retrieval.index_build import add_to_index
 
@@ -146,7 +150,7 @@ def add(
     loaded = load_model(model or ref.get("model"), adapter or ref.get("adapter"), dtype, device=device)
     try:
         index = add_to_index(loaded, where, sources, batch_size=batch_size, shard_size=shard_size)
-    except (SourceError, IndexLoadError, DamagedFileError, FileNotFoundError, FileExistsError, ValueError) as exc:
+    except _input_errors() as exc:
         _fail(str(exc))
     _print_info(index)
 

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from ._common import AdapterOpt, CenterOpt, DeviceOpt, DtypeOpt, ModelOpt, load_model
 
 _LIMITS = "Limits and batching"
+
+
+def _limit(help: str) -> Any:
+    """A positive whole-number limit, shown under "Limits and batching" in --help."""
+    return typer.Option(min=1, help=help, rich_help_panel=_LIMITS)
 
 
 def serve(
@@ -42,31 +47,15 @@ def serve(
     steps: Annotated[
         int | None, typer.Option("--steps", "-k", min=1, help="default GIRCSE soft tokens K (default: the model's own)")
     ] = None,
-    max_steps: Annotated[
-        int, typer.Option(min=1, help="highest steps a request may ask for", rich_help_panel=_LIMITS)
-    ] = 20,
-    max_inputs: Annotated[
-        int, typer.Option(min=1, help="texts per embeddings request / documents per rerank", rich_help_panel=_LIMITS)
-    ] = 256,
-    max_input_tokens: Annotated[
-        int, typer.Option(min=1, help="tokens per prompt (text + instruction + template)", rich_help_panel=_LIMITS)
-    ] = 512,
-    max_request_tokens: Annotated[
-        int, typer.Option(min=1, help="prompt tokens per request", rich_help_panel=_LIMITS)
-    ] = 32768,
-    max_batch_tokens: Annotated[
-        int, typer.Option(min=1, help="micro-batch token budget", rich_help_panel=_LIMITS)
-    ] = 8192,
-    max_batch_requests: Annotated[
-        int, typer.Option(min=1, help="requests per micro-batch (1 = no batching)", rich_help_panel=_LIMITS)
-    ] = 64,
-    max_queue: Annotated[
-        int, typer.Option(min=1, help="waiting requests before answering 429", rich_help_panel=_LIMITS)
-    ] = 256,
-    max_new_tokens: Annotated[int, typer.Option(min=1, help="chat: highest max_tokens", rich_help_panel=_LIMITS)] = 512,
-    max_prompt_tokens: Annotated[
-        int, typer.Option(min=1, help="chat: tokens of the formatted conversation", rich_help_panel=_LIMITS)
-    ] = 2048,
+    max_steps: Annotated[int, _limit("highest steps a request may ask for")] = 20,
+    max_inputs: Annotated[int, _limit("texts per embeddings request / documents per rerank")] = 256,
+    max_input_tokens: Annotated[int, _limit("tokens per prompt (text + instruction + template)")] = 512,
+    max_request_tokens: Annotated[int, _limit("prompt tokens per request")] = 32768,
+    max_batch_tokens: Annotated[int, _limit("micro-batch token budget")] = 8192,
+    max_batch_requests: Annotated[int, _limit("requests per micro-batch (1 = no batching)")] = 64,
+    max_queue: Annotated[int, _limit("waiting requests before answering 429")] = 256,
+    max_new_tokens: Annotated[int, _limit("chat: highest max_tokens")] = 512,
+    max_prompt_tokens: Annotated[int, _limit("chat: tokens of the formatted conversation")] = 2048,
     graceful_timeout: Annotated[
         float, typer.Option(min=0, help="seconds to finish accepted requests on shutdown")
     ] = 30.0,

@@ -21,7 +21,6 @@ encodes the shards ``s`` with ``s % W == r``; rank 0 writes the manifest after a
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -31,14 +30,19 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._distributed import barrier, process_group
 from .._files import (
     DamagedFileError,
     atomic_write_json,
     atomic_write_npy,
+    count_lines,
     file_digest,
+    parse_jsonl_line,
     read_json,
+    read_lines,
     read_npy,
     remove_temp_files,
+    require_field,
 )
 from .centering import apply_centre, centre
 from .embedder import EncodeOptions, encode_texts
@@ -70,8 +74,7 @@ class CorpusResult:
 
 def count_records(path: str | os.PathLike) -> int:
     """Non-blank lines of a JSON-lines file, counted without parsing them."""
-    with open(path, "rb") as f:
-        return sum(1 for line in f if line.strip())
+    return count_lines(path)
 
 
 def read_records(
@@ -89,70 +92,34 @@ def read_records(
     record number. ``wanted(record_number)`` False yields None instead, without parsing the line.
 
     Raises:
-        ValueError: a malformed line; the message names the file, line number and field.
+        FileFormatError: a malformed line (a ``ValueError``); the message names the file, line number
+            and field.
     """
-    record = 0
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            if wanted is not None and not wanted(record):
-                yield None
-            else:
-                yield (record, *_parse(line, f"{path}:{line_no}", record, text_field, id_field, title_field))
-            record += 1
+    for record, (number, line) in enumerate(read_lines(path)):
+        if wanted is not None and not wanted(record):
+            yield None
+        else:
+            yield (record, *_parse(line, path, number, record, text_field, id_field, title_field))
 
 
-def _parse(line: str, where: str, record: int, text_field: str, id_field: str, title_field: str | None):
-    try:
-        item = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{where}: not valid JSON ({exc.msg})") from exc
+def _parse(line: str, path: Any, number: int, record: int, text_field: str, id_field: str, title_field: str | None):
+    item = parse_jsonl_line(line, path, number, expected="a JSON object or string", strings=True)
     if isinstance(item, str):
         return record, item
-    if not isinstance(item, dict):
-        raise ValueError(f"{where}: expected a JSON object or string, got {type(item).__name__}")
-    if text_field not in item:
-        raise ValueError(f"{where}: missing field {text_field!r} (fields: {sorted(item)})")
-    text = item[text_field]
-    if not isinstance(text, str):
-        raise ValueError(f"{where}: field {text_field!r} must be a string, got {type(text).__name__}")
+    text = require_field(item, text_field, str, path, number)
     title = item.get(title_field) if title_field else None
-    if title is not None and not isinstance(title, str):
-        raise ValueError(f"{where}: field {title_field!r} must be a string, got {type(title).__name__}")
+    if title is not None:  # an explicit null title is no title
+        title = require_field(item, title_field, str, path, number)
     if title:
         text = f"{title} {text}"
-    doc_id = item.get(id_field, record)
-    if not isinstance(doc_id, str | int):
-        raise ValueError(f"{where}: field {id_field!r} must be a string or integer, got {type(doc_id).__name__}")
-    return doc_id, text
-
-
-def _distributed() -> tuple[int, int, bool]:
-    """``(rank, world size, whether we created the process group)``: joins the group that torchrun /
-    accelerate launch describe in the environment (gloo on CPU), or ``(0, 1, False)`` without one."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size(), False
-    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
-        return 0, 1, False
-    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-    return dist.get_rank(), dist.get_world_size(), True
-
-
-def _barrier(world: int) -> None:
-    if world > 1:
-        import torch.distributed as dist
-
-        dist.barrier()
+    return require_field(item, id_field, (str, int), path, number, default=record), text
 
 
 def _shard_paths(out_dir: Path, shard: int) -> tuple[Path, Path]:
     return out_dir / f"shard-{shard:06d}.npy", out_dir / f"shard-{shard:06d}.ids.json"
 
 
-def _prepare_folder(out_dir: Path, config: dict, overwrite: bool, rank: int, world: int) -> None:
+def _prepare_folder(out_dir: Path, config: dict, overwrite: bool, rank: int) -> None:
     """Refuse a folder made with other settings (every rank checks, so all fail alike), then rank 0
     clears it when overwriting and records the settings."""
     path = out_dir / _CONFIG
@@ -164,13 +131,13 @@ def _prepare_folder(out_dir: Path, config: dict, overwrite: bool, rank: int, wor
                 f"{out_dir} holds embeddings made with other settings ({', '.join(changed)} differ); "
                 "use another --out folder, or --overwrite to start again"
             )
-    _barrier(world)
+    barrier()
     if rank == 0:
         if overwrite:
             for old_file in [*out_dir.glob("shard-*"), out_dir / _MANIFEST]:
                 old_file.unlink(missing_ok=True)
         atomic_write_json(path, config, indent=1)
-    _barrier(world)
+    barrier()
 
 
 def encode_corpus(
@@ -219,8 +186,7 @@ def encode_corpus(
     input_path, out_dir = Path(input_path), Path(out_dir)
     if not input_path.is_file():
         raise FileNotFoundError(f"input file not found: {input_path}")
-    rank, world, owned_group = _distributed()
-    try:
+    with process_group() as (rank, world):
         return _encode_shards(
             backbone,
             input_path,
@@ -237,11 +203,6 @@ def encode_corpus(
             overwrite=overwrite,
             show_progress_bar=show_progress_bar,
         )
-    finally:
-        if owned_group:
-            import torch.distributed as dist
-
-            dist.destroy_process_group()
 
 
 def _encode_shards(
@@ -276,7 +237,7 @@ def _encode_shards(
         "input_records": total,
         "input_bytes": input_path.stat().st_size,
     }
-    _prepare_folder(out_dir, config, overwrite, rank, world)
+    _prepare_folder(out_dir, config, overwrite, rank)
 
     mine = [s for s in range(n_shards) if s % world == rank]
     done = {s for s in mine if _shard_paths(out_dir, s)[0].is_file()}
@@ -314,7 +275,7 @@ def _encode_shards(
             atomic_write_npy(npy, embeddings.numpy().astype(np.float32))
             result.encoded_shards.append(shard)
             bar.update(len(texts))
-    _barrier(world)
+    barrier()
     if rank == 0:
         _write_manifest(out_dir, total, n_shards)
         remove_temp_files(out_dir)  # left by a run that was killed mid-write

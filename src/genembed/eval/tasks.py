@@ -16,12 +16,16 @@ used exactly as stored; a retrieval document is ``title + " " + text`` when the 
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .._files import FileFormatError, read_jsonl, read_lines, require_field
 
 __all__ = [
     "METRICS",
@@ -46,7 +50,7 @@ METRICS = {
 }
 
 
-class TaskFormatError(ValueError):
+class TaskFormatError(FileFormatError):
     """A task folder does not follow the task format; the message names file, line and field."""
 
 
@@ -119,13 +123,13 @@ def find_task_dirs(paths: list[str | Path]) -> list[Path]:
     for raw in paths:
         path = Path(raw).expanduser()
         if not path.is_dir():
-            raise TaskFormatError(f"{path}: not a folder")
+            raise TaskFormatError(path, None, "not a folder")
         if (path / "task.json").is_file():
             found.append(path)
             continue
         children = sorted(p for p in path.iterdir() if (p / "task.json").is_file())
         if not children:
-            raise TaskFormatError(f"{path}: holds no task.json and no task folders")
+            raise TaskFormatError(path, None, "holds no task.json and no task folders")
         found.extend(children)
     return found
 
@@ -148,30 +152,32 @@ def load_task(path: str | Path, *, limit: int | None = None) -> Task:
         raise ValueError(f"limit must be >= 1, got {limit}")
     meta_path = path / "task.json"
     if not meta_path.is_file():
-        raise TaskFormatError(f"{meta_path}: missing (every task folder needs a task.json)")
+        raise TaskFormatError(meta_path, None, "missing (every task folder needs a task.json)")
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise TaskFormatError(f"{meta_path}: not valid JSON ({exc})") from exc
+        raise TaskFormatError(meta_path, None, f"not valid JSON ({exc})") from exc
     if not isinstance(meta, dict):
-        raise TaskFormatError(f"{meta_path}: must hold a JSON object")
+        raise TaskFormatError(meta_path, None, "must hold a JSON object")
     name = _field(meta, "name", str, meta_path)
     kind = _field(meta, "type", str, meta_path)
     if kind not in METRICS:
-        raise TaskFormatError(f"{meta_path}: field 'type' must be one of {sorted(METRICS)}, got {kind!r}")
+        raise TaskFormatError(meta_path, None, f"field 'type' must be one of {sorted(METRICS)}, got {kind!r}")
     metric = _field(meta, "metric", str, meta_path)
     if metric != METRICS[kind]:
-        raise TaskFormatError(f"{meta_path}: field 'metric' of a {kind} task must be {METRICS[kind]!r}, got {metric!r}")
+        raise TaskFormatError(
+            meta_path, None, f"field 'metric' of a {kind} task must be {METRICS[kind]!r}, got {metric!r}"
+        )
     instruction = _field(meta, "instruction", str, meta_path)
     doc_instruction = _field(meta, "doc_instruction", str, meta_path, default="")
     instructions: dict[str, str] = {}
     if kind == "instruct":
         instructions = _field(meta, "instructions", dict, meta_path)
         if not instructions:
-            raise TaskFormatError(f"{meta_path}: field 'instructions' must map at least one axis to an instruction")
+            raise TaskFormatError(meta_path, None, "field 'instructions' must map at least one axis to an instruction")
         for axis, text in instructions.items():
             if not isinstance(text, str):
-                raise TaskFormatError(f"{meta_path}: field 'instructions.{axis}' must be a string")
+                raise TaskFormatError(meta_path, None, f"field 'instructions.{axis}' must be a string")
     loader = _LOADERS[kind]
     data = loader(path, limit, instructions) if kind == "instruct" else loader(path, limit)
     return Task(path, name, kind, metric, instruction, doc_instruction, instructions, data, limit)
@@ -180,53 +186,17 @@ def load_task(path: str | Path, *, limit: int | None = None) -> Task:
 # ---------------------------------------------------------------- readers
 
 
-def _field(obj: dict, key: str, kind: type, where: Path | str, default: Any = ..., line: int | None = None) -> Any:
-    loc = f"{where}:{line}" if line is not None else str(where)
-    if key not in obj:
-        if default is not ...:
-            return default
-        raise TaskFormatError(f"{loc}: missing field {key!r}")
-    value = obj[key]
-    if kind is float:
-        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    elif kind is str:
-        ok = isinstance(value, str)
-    else:
-        ok = isinstance(value, kind)
-    if not ok:
-        want = {float: "a finite number", str: "a string", dict: "an object"}.get(kind, kind.__name__)
-        raise TaskFormatError(f"{loc}: field {key!r} must be {want}, got {json.dumps(value)[:60]}")
-    return value
+_field = functools.partial(require_field, error=TaskFormatError)
 
 
 def _label(obj: dict, key: str, where: Path | str, line: int) -> str:
-    value = obj.get(key)
-    if key not in obj or isinstance(value, bool) or not isinstance(value, str | int):
-        raise TaskFormatError(f"{where}:{line}: field {key!r} must be a string or integer label")
-    return str(value)
+    """A string or integer label, as a string."""
+    return str(require_field(obj, key, (str, int), where, line, error=TaskFormatError))
 
 
 def _jsonl(path: Path, limit: int | None = None) -> list[tuple[int, dict]]:
     """(line number, object) for each non-blank line; at most ``limit`` rows."""
-    if not path.is_file():
-        raise TaskFormatError(f"{path}: missing")
-    rows = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TaskFormatError(f"{path}:{number}: not valid JSON ({exc.msg})") from exc
-            if not isinstance(obj, dict):
-                raise TaskFormatError(f"{path}:{number}: each line must be a JSON object")
-            rows.append((number, obj))
-            if limit is not None and len(rows) >= limit:
-                break
-    if not rows:
-        raise TaskFormatError(f"{path}: holds no rows")
-    return rows
+    return list(itertools.islice(read_jsonl(path, error=TaskFormatError), limit))
 
 
 def _load_pairs(path: Path, limit: int | None, *, target: str) -> PairData:
@@ -237,10 +207,10 @@ def _load_pairs(path: Path, limit: int | None, *, target: str) -> PairData:
         s2.append(_field(row, "s2", str, file, line=line))
         value = _field(row, target, float, file, line=line)
         if target == "label" and value not in (0, 1):
-            raise TaskFormatError(f"{file}:{line}: field 'label' must be 0 or 1, got {value!r}")
+            raise TaskFormatError(file, line, f"field 'label' must be 0 or 1, got {value!r}")
         targets.append(float(value))
     if target == "label" and not any(targets):
-        raise TaskFormatError(f"{file}: average precision needs at least one pair with label 1")
+        raise TaskFormatError(file, None, "average precision needs at least one pair with label 1")
     return PairData(s1, s2, targets)
 
 
@@ -272,7 +242,7 @@ def _load_classification(path: Path, limit: int | None) -> ClassificationData:
         keep = sorted(order[:limit])
         train_texts, train_labels = [train_texts[i] for i in keep], [train_labels[i] for i in keep]
     if len(set(train_labels)) < 2:
-        raise TaskFormatError(f"{path / 'train.jsonl'}: needs at least two labels to fit a classifier")
+        raise TaskFormatError(path / "train.jsonl", None, "needs at least two labels to fit a classifier")
     test_texts, test_labels = _labelled(path / "test.jsonl", limit)
     return ClassificationData(train_texts, train_labels, test_texts, test_labels)
 
@@ -291,10 +261,10 @@ def _load_instruct(path: Path, limit: int | None, instructions: dict[str, str]) 
         row_labels = _field(row, "labels", dict, file, line=line)
         extra = sorted(set(row_labels) - set(instructions))
         if extra:
-            raise TaskFormatError(f"{file}:{line}: field 'labels' has axis {extra[0]!r}, not in task.json instructions")
+            raise TaskFormatError(file, line, f"field 'labels' has axis {extra[0]!r}, not in task.json instructions")
         for axis in instructions:
             if axis not in row_labels:
-                raise TaskFormatError(f"{file}:{line}: field 'labels' lacks axis {axis!r}")
+                raise TaskFormatError(file, line, f"field 'labels' lacks axis {axis!r}")
             labels[axis].append(_label(row_labels, axis, file, line))
     return InstructData(texts, labels)
 
@@ -303,17 +273,17 @@ def _load_retrieval(path: Path, limit: int | None) -> RetrievalData:
     corpus_file, query_file = path / "corpus.jsonl", path / "queries.jsonl"
     docs: dict[str, str] = {}
     for line, row in _jsonl(corpus_file):
-        doc_id = _id(row, corpus_file, line)
+        doc_id = _label(row, "id", corpus_file, line)
         if doc_id in docs:
-            raise TaskFormatError(f"{corpus_file}:{line}: duplicate id {doc_id!r}")
+            raise TaskFormatError(corpus_file, line, f"duplicate id {doc_id!r}")
         title = _field(row, "title", str, corpus_file, default="", line=line)
         text = _field(row, "text", str, corpus_file, line=line)
         docs[doc_id] = f"{title} {text}" if title else text
     queries: dict[str, str] = {}
     for line, row in _jsonl(query_file):
-        query_id = _id(row, query_file, line)
+        query_id = _label(row, "id", query_file, line)
         if query_id in queries:
-            raise TaskFormatError(f"{query_file}:{line}: duplicate id {query_id!r}")
+            raise TaskFormatError(query_file, line, f"duplicate id {query_id!r}")
         queries[query_id] = _field(row, "text", str, query_file, line=line)
     qrels = _read_qrels(path / "qrels.tsv")
     warnings = []
@@ -332,7 +302,7 @@ def _load_retrieval(path: Path, limit: int | None) -> RetrievalData:
     if len(kept) < len(queries):
         warnings.append(f"{len(queries) - len(kept)} queries have no relevant document in qrels.tsv and are not scored")
     if not kept:
-        raise TaskFormatError(f"{path / 'qrels.tsv'}: no query of queries.jsonl has a relevant document")
+        raise TaskFormatError(path / "qrels.tsv", None, "no query of queries.jsonl has a relevant document")
     if limit is not None:
         kept = kept[:limit]
         judged = {d for q in kept for d in qrels[q]}
@@ -349,38 +319,26 @@ def _load_retrieval(path: Path, limit: int | None) -> RetrievalData:
     )
 
 
-def _id(row: dict, file: Path, line: int) -> str:
-    value = row.get("id")
-    if "id" not in row or isinstance(value, bool) or not isinstance(value, str | int):
-        raise TaskFormatError(f"{file}:{line}: field 'id' must be a string or integer")
-    return str(value)
-
-
 def _read_qrels(file: Path) -> dict[str, dict[str, float]]:
-    if not file.is_file():
-        raise TaskFormatError(f"{file}: missing")
     qrels: dict[str, dict[str, float]] = defaultdict(dict)
-    with file.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            parts = line.rstrip("\r\n").split("\t")
-            if len(parts) != 3:
-                raise TaskFormatError(f"{file}:{number}: expected qid<TAB>docid<TAB>gain, got {len(parts)} columns")
-            qid, docid, gain_text = parts
-            try:
-                gain = float(gain_text)
-            except ValueError:
-                raise TaskFormatError(
-                    f"{file}:{number}: gain {gain_text!r} is not a number (qrels.tsv has no header line)"
-                ) from None
-            if not math.isfinite(gain):
-                raise TaskFormatError(f"{file}:{number}: gain must be finite, got {gain_text!r}")
-            if docid in qrels[qid]:
-                raise TaskFormatError(f"{file}:{number}: duplicate judgement for query {qid!r} and document {docid!r}")
-            qrels[qid][docid] = gain
+    for number, line in read_lines(file, error=TaskFormatError):
+        parts = line.rstrip("\r\n").split("\t")
+        if len(parts) != 3:
+            raise TaskFormatError(file, number, f"expected qid<TAB>docid<TAB>gain, got {len(parts)} columns")
+        qid, docid, gain_text = parts
+        try:
+            gain = float(gain_text)
+        except ValueError:
+            raise TaskFormatError(
+                file, number, f"gain {gain_text!r} is not a number (qrels.tsv has no header line)"
+            ) from None
+        if not math.isfinite(gain):
+            raise TaskFormatError(file, number, f"gain must be finite, got {gain_text!r}")
+        if docid in qrels[qid]:
+            raise TaskFormatError(file, number, f"duplicate judgement for query {qid!r} and document {docid!r}")
+        qrels[qid][docid] = gain
     if not qrels:
-        raise TaskFormatError(f"{file}: holds no judgements")
+        raise TaskFormatError(file, None, "holds no judgements")
     return dict(qrels)
 
 

@@ -20,12 +20,13 @@ retrieval tasks), so every chunk knows which document it comes from.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from .._files import FileFormatError, read_jsonl, require_field
 
 __all__ = ["SUFFIXES", "Chunk", "Document", "SourceError", "chunk_documents", "read_sources"]
 
@@ -33,7 +34,7 @@ SUFFIXES = {".jsonl": "jsonl", ".txt": "text", ".md": "markdown", ".markdown": "
 _HEADING = re.compile(r"^#\s+(.+?)\s*#*\s*$", re.MULTILINE)
 
 
-class SourceError(ValueError):
+class SourceError(FileFormatError):
     """A source file cannot be read as documents; the message names the file, line and field."""
 
 
@@ -79,7 +80,7 @@ def read_sources(paths: Sequence[str | Path]) -> list[Document]:
             duplicate document id (the message names both places), or no documents at all.
     """
     if not paths:
-        raise SourceError("no sources given: pass JSONL, .txt or .md files or folders")
+        raise SourceError(None, None, "no sources given: pass JSONL, .txt or .md files or folders")
     docs: list[Document] = []
     for given in paths:
         path = Path(given)
@@ -89,10 +90,10 @@ def read_sources(paths: Sequence[str | Path]) -> list[Document]:
     seen: dict[str, str] = {}
     for doc in docs:
         if doc.id in seen:
-            raise SourceError(f"{doc.source}: duplicate document id {doc.id!r} (first seen at {seen[doc.id]})")
+            raise SourceError(doc.source, None, f"duplicate document id {doc.id!r} (first seen at {seen[doc.id]})")
         seen[doc.id] = doc.source
     if not docs:
-        raise SourceError(f"no documents found in {', '.join(str(p) for p in paths)}")
+        raise SourceError(None, None, f"no documents found in {', '.join(str(p) for p in paths)}")
     return docs
 
 
@@ -106,7 +107,7 @@ def _read_path(path: Path) -> Iterable[Document]:
             and not any(part.startswith(".") for part in p.relative_to(path).parts)
         )
         if not files:
-            raise SourceError(f"{path}: folder holds no {', '.join(sorted(SUFFIXES))} files")
+            raise SourceError(path, None, f"folder holds no {', '.join(sorted(SUFFIXES))} files")
         for file in files:
             yield from _read_file(file)
     else:
@@ -116,14 +117,14 @@ def _read_path(path: Path) -> Iterable[Document]:
 def _read_file(path: Path) -> Iterable[Document]:
     kind = SUFFIXES.get(path.suffix.lower())
     if kind is None:
-        raise SourceError(f"{path}: unsupported file type {path.suffix!r}; expected {', '.join(sorted(SUFFIXES))}")
+        raise SourceError(path, None, f"unsupported file type {path.suffix!r}; expected {', '.join(sorted(SUFFIXES))}")
+    if kind == "jsonl":
+        yield from _parse_jsonl(path)
+        return
     try:
         content = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise SourceError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from exc
-    if kind == "jsonl":
-        yield from _parse_jsonl(path, content)
-        return
+        raise SourceError(path, None, f"not UTF-8 text (byte {exc.start}: {exc.reason})") from exc
     text = content.strip()
     if not text:
         return  # an empty file is no document; a JSONL line with empty text is an error instead
@@ -134,30 +135,14 @@ def _read_file(path: Path) -> Iterable[Document]:
     yield Document(id=path.as_posix(), title=title, text=text, source=str(path))
 
 
-def _parse_jsonl(path: Path, content: str) -> Iterable[Document]:
-    for number, line in enumerate(content.splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            row: Any = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SourceError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from exc
-        if not isinstance(row, dict):
-            raise SourceError(f"{where}: expected a JSON object with 'id' and 'text', got {type(row).__name__}")
-        for field in ("id", "text"):
-            if field not in row:
-                raise SourceError(f"{where}: missing field {field!r}")
-        doc_id, text, title = row["id"], row["text"], row.get("title", "")
-        if isinstance(doc_id, bool) or not isinstance(doc_id, str | int):
-            raise SourceError(f"{where}: field 'id' must be a string or an integer, got {type(doc_id).__name__}")
-        for field, value in (("text", text), ("title", title)):
-            if not isinstance(value, str):
-                raise SourceError(f"{where}: field {field!r} must be a string, got {type(value).__name__}")
-        if not text.strip():
-            raise SourceError(f"{where}: field 'text' is empty")
+def _parse_jsonl(path: Path) -> Iterable[Document]:
+    rows = read_jsonl(path, error=SourceError, expected="a JSON object with 'id' and 'text'", allow_empty=True)
+    for number, row in rows:
+        doc_id = require_field(row, "id", (str, int), path, number, error=SourceError)
+        text = require_field(row, "text", str, path, number, error=SourceError, nonblank=True)
+        title = require_field(row, "title", str, path, number, error=SourceError, default="")
         meta = {k: v for k, v in row.items() if k not in ("id", "title", "text")}
-        yield Document(id=str(doc_id), title=title.strip(), text=text.strip(), source=where, meta=meta)
+        yield Document(id=str(doc_id), title=title.strip(), text=text.strip(), source=f"{path}:{number}", meta=meta)
 
 
 def chunk_documents(

@@ -41,6 +41,7 @@ from .faiss_factory import (
 from .kv_ops import KV
 from .kv_store import KVStore
 from .rag_prompt import RagPrompt
+from .search import no_hits
 
 __all__ = ["BUILD_DIR", "FORMAT_VERSION", "MANIFEST", "ChunkRecord", "Index"]
 
@@ -107,6 +108,10 @@ class ManifestQueries:
         return encode_with_kv(
             model.backbone, texts, self.config, kind="query", keep_kv=False, batch_size=batch_size
         ).embeddings
+
+    def text(self, i: int) -> str:
+        """The text of chunk ``i`` as embedded: ``title + " " + text`` (needs ``chunk(i)``)."""
+        return self.chunk(i).embed_text
 
     def check_model(self, model: Any) -> None:
         """Raise ValueError unless ``model`` is the one the index was built with."""
@@ -229,8 +234,7 @@ class Index(ManifestQueries):
             )
         apply_search_params(self.faiss_index, parse_search_params(params))
         top = min(k, len(self))
-        scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
-        ids = np.full((len(queries), k), -1, dtype=np.int64)
+        scores, ids = no_hits(len(queries), k)
         if top:
             scores[:, :top], ids[:, :top] = self.faiss_index.search(queries, top)
         return scores, ids
@@ -238,10 +242,6 @@ class Index(ManifestQueries):
     def set_search_params(self, params: dict[str, float] | list[str] | None) -> None:
         """Set faiss search parameters (``{"efSearch": 128}``, ``["nprobe=16"]``) for later searches."""
         apply_search_params(self.faiss_index, parse_search_params(params))
-
-    def text(self, i: int) -> str:
-        """The text of chunk ``i`` as embedded: ``title + " " + text``."""
-        return self.chunks[i].embed_text
 
     def chunk(self, i: int) -> ChunkRecord:
         return self.chunks[i]

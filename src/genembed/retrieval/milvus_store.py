@@ -33,6 +33,7 @@ from .faiss_factory import parse_search_params
 from .index import ChunkRecord, ManifestQueries
 from .kv_ops import KV
 from .kv_store import KVStore
+from .search import no_hits
 from .stores import StoreLocation, parse_location
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "MilvusIndex", "chunk_key", "connect"]
@@ -237,8 +238,7 @@ class MilvusIndex(ManifestQueries):
         """
         queries = self.check_queries(query_embeddings, k)
         search_params = {"metric_type": "IP", "params": {**self.search_params, **parse_search_params(params)}}
-        scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
-        ids = np.full((len(queries), k), -1, dtype=np.int64)
+        scores, ids = no_hits(len(queries), k)
         if not len(queries):
             return scores, ids
         pymilvus = _pymilvus()
@@ -266,10 +266,6 @@ class MilvusIndex(ManifestQueries):
     def set_search_params(self, params: dict[str, float] | list[str] | None) -> None:
         """Set Milvus search parameters (``{"ef": 128}``, ``["nprobe=16"]``) for later searches."""
         self.search_params.update(parse_search_params(params))
-
-    def text(self, i: int) -> str:
-        """The text of chunk ``i`` as embedded: ``title + " " + text``."""
-        return self.chunk(i).embed_text
 
     def chunk(self, i: int) -> ChunkRecord:
         """Chunk ``i`` (a primary key from :meth:`search`) with its metadata.

@@ -29,6 +29,7 @@ from .index import Index
 from .kv_ops import KV
 from .kv_source import check_kv_source
 from .rag_prompt import RagPrompt
+from .search import rerank_hits, retrieve_hits
 from .segment_kv import reusable_prefix, same_weights, segment_states
 
 __all__ = ["Answer", "Query", "Source", "ask", "build_context", "retrieve"]
@@ -112,20 +113,18 @@ def retrieve(
     timings["embed_query"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     n_candidates = max(top_k, rerank_candidates) if rerank else top_k
-    scores, ids = index.search(query.embeddings, n_candidates, **({"filter": filter} if filter else {}))
-    hits = [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if int(i) >= 0]
+    hits = retrieve_hits(index, query.embeddings, n_candidates, filter=filter)
     timings["search"] = time.perf_counter() - t0
-    rerank_scores: dict[int, float] = {}
     if rerank and hits:
         t0 = time.perf_counter()
-        results = model.rerank(question, [index.text(i) for i, _ in hits])
-        rerank_scores = {hits[r.index][0]: float(r.score) for r in results}
-        hits = [hits[r.index] for r in results]
+        hits = rerank_hits(model, question, hits, len(hits))
         timings["rerank"] = time.perf_counter() - t0
     sources = []
-    for row, score in hits[:top_k]:
-        c = index.chunk(row)
-        sources.append(Source(row, c.id, c.doc_id, c.title, c.text, c.source, score, rerank_scores.get(row)))
+    for hit in hits[:top_k]:
+        c = index.chunk(hit.index)
+        sources.append(
+            Source(hit.index, c.id, c.doc_id, c.title, c.text, c.source, hit.retrieval_score, hit.rerank_score)
+        )
     return query, sources
 
 

@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["ExactIndex", "SearchHit", "SearchIndex", "search"]
+__all__ = ["ExactIndex", "SearchHit", "SearchIndex", "no_hits", "rerank_hits", "retrieve_hits", "search"]
 
 
 @runtime_checkable
@@ -33,6 +33,12 @@ class SearchIndex(Protocol):
     def search(self, query_embeddings: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]: ...
 
     def text(self, i: int) -> str: ...
+
+
+def no_hits(n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(scores, ids)`` for ``n`` queries and ``k`` results before any is found: -inf float32 scores and
+    -1 int64 ids, the padding an index returns past its last result."""
+    return np.full((n, k), -np.inf, dtype=np.float32), np.full((n, k), -1, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -84,8 +90,7 @@ class ExactIndex:
         part = np.take_along_axis(sims, ids, axis=1)
         order = np.argsort(-part, axis=1, kind="stable")
         ids, part = np.take_along_axis(ids, order, axis=1), np.take_along_axis(part, order, axis=1)
-        scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
-        out = np.full((len(queries), k), -1, dtype=np.int64)
+        scores, out = no_hits(len(queries), k)
         scores[:, :top], out[:, :top] = part, ids
         return scores, out
 
@@ -156,29 +161,52 @@ def search(
         query_embedding = model.encode_query(
             [query], instruction=instruction, batch_size=batch_size, normalize=True, **encode_kwargs
         )
-    query_embedding = np.asarray(query_embedding, dtype=np.float32)
+    hits = retrieve_hits(index, np.asarray(query_embedding, dtype=np.float32), max(k, n_rerank), filter=filter)
+    hits = rerank_hits(
+        model,
+        query,
+        hits,
+        n_rerank,
+        instruction=rerank_instruction or instruction,
+        batch_size=batch_size,
+        scoring=rerank_scoring,
+    )
+    return hits[:k]
+
+
+def retrieve_hits(
+    index: SearchIndex, query_embedding: np.ndarray, k: int, *, filter: str | None = None
+) -> list[SearchHit]:
+    """The best ``k`` hits of one query ``(1, dim)`` by embedding score, best first (fewer when the index
+    holds fewer). ``filter``: see :func:`search`.
+
+    Raises:
+        ValueError: a filter for an index whose ``search`` takes none.
+    """
     if filter and "filter" not in inspect.signature(index.search).parameters:
         raise ValueError(f"{type(index).__name__} cannot filter on metadata; a Milvus store can")
-    extra = {"filter": filter} if filter else {}
-    scores, ids = index.search(query_embedding, max(k, n_rerank), **extra)
+    scores, ids = index.search(query_embedding, k, **({"filter": filter} if filter else {}))
     candidates = [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if int(i) >= 0]
-    hits = [SearchHit(i, s, index.text(i), s, rank) for rank, (i, s) in enumerate(candidates)]
-    if n_rerank and hits:
-        head, tail = hits[:n_rerank], hits[n_rerank:]
-        reranked = model.rerank(
-            query,
-            [h.text for h in head],
-            instruction=rerank_instruction or instruction,
-            batch_size=batch_size,
-            scoring=rerank_scoring,
-        )
-        head = [
-            SearchHit(h.index, r.score, h.text, h.retrieval_score, h.retrieval_rank, r.score)
-            for r in reranked
-            for h in [head[r.index]]
-        ]
-        hits = head + tail
-    return hits[:k]
+    return [SearchHit(i, s, index.text(i), s, rank) for rank, (i, s) in enumerate(candidates)]
+
+
+def rerank_hits(model: Any, query: str, hits: list[SearchHit], top: int, **rerank_kwargs: Any) -> list[SearchHit]:
+    """``hits`` with the first ``top`` reordered by :meth:`~genembed.GenerativeEmbedder.rerank` (their
+    ``score`` and ``rerank_score`` become the rerank score); the hits after them keep their order.
+
+    Args:
+        rerank_kwargs: passed to ``model.rerank`` (``instruction``, ``batch_size``, ``scoring``).
+    """
+    if not top or not hits:
+        return hits
+    head, tail = hits[:top], hits[top:]
+    reranked = model.rerank(query, [h.text for h in head], **rerank_kwargs)
+    head = [
+        SearchHit(h.index, r.score, h.text, h.retrieval_score, h.retrieval_rank, r.score)
+        for r in reranked
+        for h in [head[r.index]]
+    ]
+    return head + tail
 
 
 def _as_index(model: Any, corpus_or_index: Any, batch_size: int, encode_kwargs: dict) -> SearchIndex:

@@ -13,16 +13,9 @@ from __future__ import annotations
 
 import torch
 
+from .._distributed import rank_and_world
+
 __all__ = ["gather_with_grad", "rank_and_world"]
-
-
-def rank_and_world() -> tuple[int, int]:
-    """``(rank, world size)`` of the default process group, ``(0, 1)`` without one."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
 
 
 def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:

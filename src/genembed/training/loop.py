@@ -20,7 +20,6 @@ import logging
 import math
 import os
 import shutil
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from typing import Any
 import torch
 import yaml
 
-from .._files import remove_temp_files
+from .._files import atomic_write_files, atomic_write_text, remove_temp_files
 from .checkpoint import capture_rng, latest_checkpoint, load_checkpoint, restore_rng, save_checkpoint
 from .config import ConfigError, RunConfig, config_to_dict, load_config
 from .data.streams import ContrastiveStream, GenerativeStream, expand_files
@@ -361,7 +360,7 @@ def _prepare_output(out: Path, cfg: RunConfig, resume: bool, checkpoint: Path | 
     if checkpoint is None:
         (out / "metrics.jsonl").unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
-    _write_text(out / CONFIG_NAME, yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+    atomic_write_text(out / CONFIG_NAME, yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
 
 
 def _changed_keys(old: Any, new: Any, prefix: str = "") -> set[str]:
@@ -490,9 +489,8 @@ def _finish(
     out: Path, cfg: RunConfig, model: Any, tokenizer: Any, metrics: MetricsLog, data: Any, world: int, seconds: float
 ) -> None:
     """Write the trained weights (file by file, atomically), the plot and a summary."""
-    with tempfile.TemporaryDirectory(dir=out, prefix=".final.tmp-") as tmp:
-        for name in save_trained(model, tokenizer, tmp):
-            os.replace(Path(tmp) / name, out / name)
+    with atomic_write_files(out) as tmp:
+        save_trained(model, tokenizer, tmp)
     records = metrics.read()
     plot_metrics(records, out / "metrics.png")
     summary = {
@@ -505,7 +503,7 @@ def _finish(
         "data": data.summary(),
         "load_with": _load_hint(cfg, out),
     }
-    _write_text(out / "summary.json", json.dumps(summary, indent=2))
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
 
 
 def _load_hint(cfg: RunConfig, out: Path) -> str:
@@ -513,9 +511,3 @@ def _load_hint(cfg: RunConfig, out: Path) -> str:
         return f"genembed.load({str(out)!r})"
     base = "" if cfg.model.name is None else f"{cfg.model.name!r}, "
     return f"genembed.load({base}adapter={str(out)!r}, tau={cfg.embedding.tau})"
-
-
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
-from .._files import DamagedFileError
+from .._files import DamagedFileError, atomic_write, atomic_write_text
 
 __all__ = ["MetricsLog", "plot_metrics"]
 
@@ -48,9 +47,7 @@ class MetricsLog:
     def truncate(self, last_step: int) -> None:
         """Keep only records with ``step <= last_step`` (written atomically)."""
         kept = [r for r in self.read() if r["step"] <= last_step]
-        tmp = self.path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
-        os.replace(tmp, self.path)
+        atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
 
 
 def plot_metrics(records: list[dict[str, Any]], path: str | Path) -> Path | None:
@@ -93,10 +90,8 @@ def plot_metrics(records: list[dict[str, Any]], path: str | Path) -> Path | None
             ax.legend(fontsize=8)
     fig.tight_layout()
     path = Path(path)
-    tmp = path.with_name(f".{path.stem}.tmp.png")
-    fig.savefig(tmp, dpi=100)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=100))
     plt.close(fig)
-    os.replace(tmp, path)
     return path
 
 

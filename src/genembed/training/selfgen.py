@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._files import atomic_write_text, publish_file
 from ..generation.chat import chat_prompt_ids, eos_token_ids
 from .data.jsonl import DataError, iter_jsonl
 
@@ -117,7 +118,7 @@ def generate_responses(
             handle.flush()
             bar.update(len(batch))
     bar.close()
-    os.replace(partial, out)
+    publish_file(partial, out)
     return out
 
 
@@ -135,9 +136,7 @@ def _resume_point(partial: Path, chosen: list[str], batch_size: int) -> int:
         except (json.JSONDecodeError, KeyError, TypeError):  # a torn line, or another run's prompts
             break
     start = max((i for i, _ in rows), default=0) // batch_size * batch_size
-    tmp = partial.with_name(partial.name + ".tmp")
-    tmp.write_text("".join(line + "\n" for i, line in rows if i < start), encoding="utf-8")
-    os.replace(tmp, partial)
+    atomic_write_text(partial, "".join(line + "\n" for i, line in rows if i < start))
     return start
 
 
