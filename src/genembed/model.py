@@ -16,6 +16,7 @@ from .backbone.loading import Backbone
 from .encoders.embedder import EncodeOptions, encode_texts, to_output, validate_texts
 from .encoders.inspect_tokens import SoftTokenStep, inspect_soft_tokens
 from .encoders.instructions import DEFAULT_QUERY_INSTRUCTION, check_prompts, default_prompts, resolve_instruction
+from .encoders.methods import DEFAULT_METHOD, SOFT_TOKEN_METHOD, method_rules
 from .encoders.quantize import check_precision
 from .encoders.similarity import check_similarity_fn
 
@@ -58,7 +59,7 @@ class GenerativeEmbedder:
         tau: float = 1.0,
         adapter: str | None = None,
         center: bool = False,
-        method: str = "gircse",
+        method: str = DEFAULT_METHOD,
         steps: int | str = 5,
         attention: str | None = None,
         prompt_format: str | None = None,
@@ -158,10 +159,11 @@ class GenerativeEmbedder:
             steps: GIRCSE soft tokens K (None: ``model.steps``, 5 by default), or ``"auto"`` to stop
                 each text when ``cos(z_k, z_{k-1}) > stop_tol`` (at most ``max_steps``). Ignored by
                 single-pass methods.
-            method: ``"gircse"``, ``"mean"``, ``"last"`` or ``"grit"`` (None: ``model.method``).
-            attention: ``"causal"`` (default) or ``"bidirectional"``; ``grit`` is always bidirectional.
-            prompt_format: ``"chat"`` (default for gircse) or ``"plain"`` (default otherwise); see
-                :mod:`genembed.encoders.prompts`.
+            method: one of :data:`genembed.encoders.methods.METHODS` (None: ``model.method``).
+            attention: ``"causal"`` (default) or ``"bidirectional"``; some methods fix it (GRIT is
+                always bidirectional; see :mod:`genembed.encoders.methods`).
+            prompt_format: ``"chat"`` or ``"plain"``; None: the method's own (chat for GIRCSE, plain
+                otherwise); see :mod:`genembed.encoders.prompts`.
             batch_size: texts per forward pass (texts are sorted by length first).
             normalize: L2-normalize the embeddings (default True).
             normalize_embeddings: sentence-transformers' name for ``normalize``.
@@ -225,8 +227,8 @@ class GenerativeEmbedder:
             isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int) or truncate_dim < 1
         ):
             raise ValueError(f"truncate_dim must be a positive int or None, got {truncate_dim!r}")
-        if return_all_steps and (method != "gircse" or options.adaptive):
-            raise ValueError("return_all_steps needs method='gircse' and a fixed number of steps")
+        if return_all_steps and (not method_rules(method).uses_steps or options.adaptive):
+            raise ValueError(f"return_all_steps needs method={SOFT_TOKEN_METHOD!r} and a fixed number of steps")
         if return_all_steps and precision != "float32":
             raise ValueError("return_all_steps gives float32 embeddings only; quantize each step yourself")
         if device is not None:
@@ -256,7 +258,7 @@ class GenerativeEmbedder:
         )
         if return_steps_used:
             if used is None:
-                used = torch.full((len(items),), options.steps if method == "gircse" else 1)
+                used = torch.full((len(items),), method_rules(method).steps(options.steps))
             used_out = used.numpy() if convert_to_numpy else used
             return out, (used_out[0] if single else used_out)
         return out
@@ -312,7 +314,7 @@ class GenerativeEmbedder:
         prompt_format: str | None = None,
     ) -> list[SoftTokenStep]:
         """Per GIRCSE step, the ``top`` most probable vocabulary tokens of the soft token ``p_k``."""
-        options = EncodeOptions.build(method="gircse", steps=steps, prompt_format=prompt_format, tau=self.tau)
+        options = EncodeOptions.build(method=SOFT_TOKEN_METHOD, steps=steps, prompt_format=prompt_format, tau=self.tau)
         return inspect_soft_tokens(self.backbone, text, options, instruction=instruction or "", top=top)
 
     def generate(

@@ -6,6 +6,8 @@ from typing import Annotated, Any
 
 import typer
 
+from genembed.encoders.methods import method_rules
+
 WHERE_HELP = "index folder (faiss), milvus:FILE.db (embedded milvus-lite) or http(s)://HOST:PORT (a Milvus server)"
 
 CollectionOpt = Annotated[
@@ -75,7 +77,7 @@ def manifest_of(where: Any) -> dict[str, Any]:
 def settings_rows(index: Any) -> list[tuple[str, str]]:
     """The rows ``genembed index info`` shows for every store: model, embedding, chunking."""
     manifest, config = index.manifest, index.config
-    steps = f", K={config.steps}" if config.method == "gircse" else ""
+    steps = f", K={config.steps}" if method_rules(config.method).uses_steps else ""
     chunking = manifest.get("chunking")
     imported = f"imported from {manifest.get('imported_from')}"
     return [

@@ -13,7 +13,9 @@ from typing import Annotated
 
 import typer
 
-from ._common import AdapterOpt, CenterOpt, DeviceOpt, DtypeOpt, ModelOpt, load_model
+from genembed.encoders.methods import DEFAULT_METHOD
+
+from ._common import METHODS_HELP, AdapterOpt, CenterOpt, DeviceOpt, DtypeOpt, ModelOpt, load_model
 
 
 def _fail(message: str) -> None:
@@ -28,7 +30,7 @@ def encode(
     adapter: AdapterOpt = None,
     dtype: DtypeOpt = "auto",
     center: CenterOpt = None,
-    method: Annotated[str, typer.Option("--method", help="gircse, mean, last or grit")] = "gircse",
+    method: Annotated[str, typer.Option("--method", help=METHODS_HELP)] = DEFAULT_METHOD,
     steps: Annotated[int, typer.Option("--steps", "-k", min=1, help="GIRCSE soft tokens K")] = 5,
     instruction: Annotated[str, typer.Option("--instruction", help="instruction for every text")] = "",
     attention: Annotated[str | None, typer.Option("--attention", help="causal or bidirectional")] = None,

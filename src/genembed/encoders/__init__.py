@@ -1,43 +1,57 @@
-"""Encoders: prompts, batching, pooling, GIRCSE soft tokens and the ``encode`` orchestration."""
+"""Encoders: the method rules, prompts, batching, pooling, GIRCSE soft tokens and the ``encode``
+orchestration.
+
+Importing the package does no work (the CLI reads :mod:`genembed.encoders.methods` for its help
+without loading torch); names load from their modules on first use.
+"""
 
 from __future__ import annotations
 
-from .batching import Batch, collate, length_sorted_batches
-from .embedder import METHODS, EncodeOptions, encode_texts, to_output, validate_texts
-from .inspect_tokens import SoftTokenStep, inspect_soft_tokens
-from .instructions import DEFAULT_QUERY_INSTRUCTION, default_prompts, resolve_instruction
-from .pooling import last_token_pool, masked_mean
-from .prompts import PROMPT_FORMATS, EncodedPrompt, encode_prompts, prompt_spans
-from .quantize import PRECISIONS, quantize_embeddings
-from .similarity import SIMILARITY_FUNCTIONS, similarity, similarity_pairwise
-from .soft_tokens import SoftTokenOutput, generate_soft_tokens, output_head
+import importlib
+from typing import Any
 
-__all__ = [
-    "DEFAULT_QUERY_INSTRUCTION",
-    "METHODS",
-    "PRECISIONS",
-    "PROMPT_FORMATS",
-    "SIMILARITY_FUNCTIONS",
-    "Batch",
-    "EncodeOptions",
-    "EncodedPrompt",
-    "SoftTokenOutput",
-    "SoftTokenStep",
-    "collate",
-    "default_prompts",
-    "encode_prompts",
-    "encode_texts",
-    "generate_soft_tokens",
-    "inspect_soft_tokens",
-    "last_token_pool",
-    "length_sorted_batches",
-    "masked_mean",
-    "output_head",
-    "prompt_spans",
-    "quantize_embeddings",
-    "resolve_instruction",
-    "similarity",
-    "similarity_pairwise",
-    "to_output",
-    "validate_texts",
-]
+_LAZY = {
+    "Batch": "batching",
+    "collate": "batching",
+    "length_sorted_batches": "batching",
+    "EncodeOptions": "embedder",
+    "encode_texts": "embedder",
+    "to_output": "embedder",
+    "validate_texts": "embedder",
+    "SoftTokenStep": "inspect_tokens",
+    "inspect_soft_tokens": "inspect_tokens",
+    "DEFAULT_QUERY_INSTRUCTION": "instructions",
+    "default_prompts": "instructions",
+    "resolve_instruction": "instructions",
+    "DEFAULT_METHOD": "methods",
+    "METHODS": "methods",
+    "METHOD_RULES": "methods",
+    "MethodRules": "methods",
+    "method_rules": "methods",
+    "last_token_pool": "pooling",
+    "masked_mean": "pooling",
+    "EncodedPrompt": "prompts",
+    "PROMPT_FORMATS": "prompts",
+    "encode_prompts": "prompts",
+    "prompt_spans": "prompts",
+    "PRECISIONS": "quantize",
+    "quantize_embeddings": "quantize",
+    "SIMILARITY_FUNCTIONS": "similarity",
+    "similarity": "similarity",
+    "similarity_pairwise": "similarity",
+    "SoftTokenOutput": "soft_tokens",
+    "generate_soft_tokens": "soft_tokens",
+    "output_head": "soft_tokens",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

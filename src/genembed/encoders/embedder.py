@@ -24,6 +24,7 @@ import torch
 from ..backbone.attention import check_attention, run_decoder
 from .batching import collate, length_sorted_batches
 from .fast_decoder import FastDecoder
+from .methods import DEFAULT_METHOD, METHODS, method_rules
 from .pooling import last_token_pool, masked_mean, running_means
 from .prompts import PROMPT_FORMATS, encode_prompts
 from .quantize import quantize_embeddings
@@ -31,15 +32,12 @@ from .soft_tokens import generate_soft_tokens
 
 __all__ = ["METHODS", "EncodeOptions", "encode_texts", "validate_texts"]
 
-METHODS = ("gircse", "mean", "last", "grit")
-_DEFAULT_PROMPT = {"gircse": "chat", "mean": "plain", "last": "plain", "grit": "plain"}
-
 
 @dataclass
 class EncodeOptions:
     """Validated encoding settings (see :meth:`genembed.GenerativeEmbedder.encode`)."""
 
-    method: str = "gircse"
+    method: str = DEFAULT_METHOD
     steps: int = 5
     adaptive: bool = False
     stop_tol: float = 0.999
@@ -55,7 +53,7 @@ class EncodeOptions:
     def build(
         cls,
         *,
-        method: str = "gircse",
+        method: str = DEFAULT_METHOD,
         steps: int | str = 5,
         max_steps: int = 20,
         stop_tol: float = 0.999,
@@ -67,15 +65,10 @@ class EncodeOptions:
         use_cache: bool = True,
         fast_path: bool = True,
     ) -> EncodeOptions:
-        if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-        if method == "grit":
-            if attention not in (None, "bidirectional"):
-                raise ValueError("method 'grit' always uses bidirectional attention")
-            attention = "bidirectional"
-        attention = attention or "causal"
+        rules = method_rules(method)
+        attention = rules.check_attention(attention)
         check_attention(attention)
-        prompt_format = prompt_format or _DEFAULT_PROMPT[method]
+        prompt_format = prompt_format or rules.prompt_format
         if prompt_format not in PROMPT_FORMATS:
             raise ValueError(f"prompt_format must be one of {PROMPT_FORMATS}, got {prompt_format!r}")
         adaptive = steps == "auto"
@@ -132,7 +125,7 @@ def encode_texts(
     model, tokenizer = backbone.model, backbone.tokenizer
     device = next(model.parameters()).device
     dim = model.config.hidden_size if hasattr(model, "config") else None
-    steps = options.steps if options.method == "gircse" else 1
+    steps = method_rules(options.method).steps(options.steps)
     if not texts:
         shape = (0, steps, dim) if return_all_steps else (0, dim)
         return torch.zeros(shape), None
@@ -167,9 +160,10 @@ def encode_texts(
 def _encode_batch(
     model: Any, batch: Any, options: EncodeOptions, return_all_steps: bool, fast: FastDecoder | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    rules = method_rules(options.method)
     causal = options.attention == "causal"
     stop_tol = options.stop_tol if options.adaptive else None
-    if options.method == "gircse":
+    if rules.uses_steps:
         if fast is not None:
             out = fast.soft_tokens(
                 batch.input_ids,
@@ -206,7 +200,7 @@ def _encode_batch(
             model, input_ids=batch.input_ids, attention_mask=batch.attention_mask, attention=options.attention
         ).last_hidden_state
         text_mask, last = batch.text_mask, last_token_pool(hidden)
-    pooled = last if options.method == "last" else masked_mean(hidden, text_mask)
+    pooled = last if rules.pooling == "last" else masked_mean(hidden, text_mask)
     return (pooled[:, None] if return_all_steps else pooled), None
 
 

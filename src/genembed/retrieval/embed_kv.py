@@ -19,6 +19,7 @@ from ..backbone.attention import run_decoder
 from ..encoders.batching import collate, length_sorted_batches
 from ..encoders.centering import apply_centre, centre
 from ..encoders.embedder import EncodeOptions
+from ..encoders.methods import DEFAULT_METHOD, method_rules
 from ..encoders.pooling import last_token_pool, masked_mean
 from ..encoders.prompts import encode_prompts
 from ..encoders.soft_tokens import generate_soft_tokens
@@ -33,9 +34,9 @@ _DEFAULT_QUERY_INSTRUCTION = "Given a query, retrieve relevant passages."
 class EmbedConfig:
     """How an index embeds its chunks and queries (stored in the index manifest)."""
 
-    method: str = "gircse"  # gircse | mean | last | grit
+    method: str = DEFAULT_METHOD  # a name in genembed.encoders.methods.METHODS
     steps: int = 5  # GIRCSE soft tokens K
-    attention: str = "causal"  # grit is always bidirectional
+    attention: str = "causal"  # ignored by methods with a fixed attention (grit)
     prompt_format: str = ""  # "" = the method's default (chat for gircse, plain otherwise)
     tau: float = 1.0  # GIRCSE softmax temperature
     max_length: int = 512  # tokens per prompt (template and title included); longer texts are cut
@@ -50,7 +51,7 @@ class EmbedConfig:
         return EncodeOptions.build(
             method=self.method,
             steps=self.steps,
-            attention="bidirectional" if self.method == "grit" else self.attention,
+            attention=method_rules(self.method).attention(self.attention),
             prompt_format=self.prompt_format or None,
             tau=self.tau,
             max_length=self.max_length,
@@ -135,7 +136,8 @@ def encode_with_kv(
     kv: list[KV | None] = [None] * len(texts)
     for indices in length_sorted_batches([len(p.ids) for p in prompts], batch_size):
         batch = collate([prompts[i] for i in indices], tokenizer.pad_token_id).to(device)
-        if options.method == "gircse":
+        rules = method_rules(options.method)
+        if rules.uses_steps:
             out = generate_soft_tokens(
                 model,
                 batch.input_ids,
@@ -154,7 +156,7 @@ def encode_with_kv(
                 use_cache=keep_kv,
             )
             hidden = out.last_hidden_state
-            pooled = last_token_pool(hidden) if options.method == "last" else masked_mean(hidden, batch.text_mask)
+            pooled = last_token_pool(hidden) if rules.pooling == "last" else masked_mean(hidden, batch.text_mask)
             cache = out.cache
         width = batch.input_ids.shape[1]
         for row, i in enumerate(indices):

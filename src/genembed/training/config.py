@@ -22,6 +22,8 @@ from typing import Any
 
 import yaml
 
+from ..encoders.methods import DEFAULT_METHOD, METHODS, method_rules
+
 __all__ = [
     "ConfigError",
     "DataConfig",
@@ -83,7 +85,7 @@ class LoraSettings:
 class EmbeddingConfig:
     # gircse (K soft tokens, ICR loss) or a single pass with InfoNCE: grit (bidirectional mean pooling),
     # mean (mean pooling) or last (the last token's hidden state), both under embedding.attention
-    method: str = "gircse"
+    method: str = DEFAULT_METHOD
     steps: int = 5  # K, the number of soft tokens (gircse)
     tau: float = 1.0  # soft-token softmax temperature (gircse)
     attention: str = "causal"  # attention among prompt tokens (gircse); grit is always bidirectional
@@ -165,7 +167,7 @@ class RunConfig:
 
 _CHOICES = {
     "model.dtype": ("float32", "bfloat16"),
-    "embedding.method": ("gircse", "grit", "mean", "last"),
+    "embedding.method": METHODS,
     "embedding.attention": ("causal", "bidirectional"),
     "embedding.prompt_format": (None, "chat", "plain"),
     "loss.reduction": ("mean", "sum"),
@@ -306,8 +308,9 @@ def validate(config: RunConfig) -> None:
                 raise ConfigError(f"{section}.files[{i}].weight must be > 0, got {item.weight}")
     if config.lora.init_from is not None and not config.lora.enabled:
         raise ConfigError("lora.init_from needs lora.enabled=true (it continues training a LoRA adapter)")
-    if config.embedding.method == "grit" and config.embedding.attention != "causal":
-        raise ConfigError("embedding.attention does not apply to grit (it is always bidirectional)")
+    fixed = method_rules(config.embedding.method).fixed_attention
+    if fixed and config.embedding.attention != "causal":
+        raise ConfigError(f"embedding.attention does not apply to {config.embedding.method} (it is always {fixed})")
     if config.loss.distill_weight > 0:
         if not config.loss.distill_teacher.strip():
             raise ConfigError("loss.distill_teacher must name a teacher (all-MiniLM-L6-v2 or a folder), got ''")

@@ -26,6 +26,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..backbone.attention import run_decoder
 from ..encoders.batching import Batch, collate
+from ..encoders.methods import DEFAULT_METHOD, method_rules
 from ..encoders.pooling import last_token_pool, masked_mean, running_means
 from ..encoders.prompts import EncodedPrompt, encode_prompts
 from ..encoders.soft_tokens import generate_soft_tokens, output_head
@@ -38,7 +39,7 @@ __all__ = ["EmbedSettings", "embed_batch", "response_logits", "running_means", "
 class EmbedSettings:
     """How texts become training embeddings."""
 
-    method: str = "gircse"  # gircse, grit, mean or last
+    method: str = DEFAULT_METHOD  # a name in genembed.encoders.methods.METHODS
     steps: int = 5  # K (gircse)
     tau: float = 1.0  # soft-token temperature (gircse)
     attention: str = "causal"  # prompt attention (gircse, mean, last); grit is bidirectional
@@ -68,7 +69,8 @@ def tokenize_texts(
 def _embed_tensors(
     model: Any, settings: EmbedSettings, input_ids: torch.Tensor, attention_mask: torch.Tensor, text_mask: torch.Tensor
 ) -> torch.Tensor:
-    if settings.method == "gircse":
+    rules = method_rules(settings.method)
+    if rules.uses_steps:
         out = generate_soft_tokens(
             model,
             input_ids,
@@ -79,11 +81,11 @@ def _embed_tensors(
             use_cache=settings.use_cache,
         )
         return running_means(out.hidden)  # (B, K, D)
-    attention = "bidirectional" if settings.method == "grit" else settings.attention
+    attention = rules.attention(settings.attention)
     hidden = run_decoder(
         model, input_ids=input_ids, attention_mask=attention_mask, attention=attention
     ).last_hidden_state
-    if settings.method == "last":
+    if rules.pooling == "last":
         return last_token_pool(hidden)[:, None]  # (B, 1, D): left padding puts every last token at -1
     return masked_mean(hidden, text_mask)[:, None]  # (B, 1, D)
 

@@ -31,6 +31,7 @@ import torch
 import yaml
 
 from .._files import remove_temp_files
+from ..encoders.methods import method_rules
 from .checkpoint import capture_rng, latest_checkpoint, load_checkpoint, restore_rng, save_checkpoint
 from .config import ConfigError, RunConfig, config_to_dict, load_config
 from .data.streams import ContrastiveStream, GenerativeStream, expand_files
@@ -214,7 +215,7 @@ def _build(cfg: RunConfig, resume: bool) -> tuple[_Run, dict[str, Any] | None]:
     optimizer = torch.optim.AdamW(params, lr=tc.lr, weight_decay=tc.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(tc.schedule, tc.warmup_steps, tc.max_steps))
     objective, optimizer = accelerator.prepare(objective, optimizer)
-    prompt_format = cfg.embedding.prompt_format or ("chat" if cfg.embedding.method == "gircse" else "plain")
+    prompt_format = cfg.embedding.prompt_format or method_rules(cfg.embedding.method).prompt_format
     run = _Run(
         cfg, accelerator, out, checkpoint, backbone.tokenizer, model, objective, optimizer, scheduler, params,
         contrastive, generative, MetricsLog(out / "metrics.jsonl"), prompt_format, teacher,
@@ -405,7 +406,7 @@ def _build_objective(cfg: RunConfig, model: Any, *, has_generative: bool) -> Obj
         use_cache=emb.use_cache,
         checkpoint_chunk=cfg.train.checkpoint_chunk if cfg.train.gradient_checkpointing else 0,
     )
-    if emb.method == "gircse":
+    if method_rules(emb.method).loss == "icr":
         rep: ICRLoss | InfoNCE = ICRLoss(
             loss.temperature,
             loss.reg_weight,
