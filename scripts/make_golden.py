@@ -69,7 +69,8 @@ def _encode_outputs(model) -> dict[str, np.ndarray]:
 
 
 def _training_forward_outputs(model) -> dict[str, np.ndarray]:
-    from genembed.training.forward import EmbedSettings, embed_batch, tokenize_texts
+    from genembed.encoders.settings import EmbedSettings
+    from genembed.training.forward import embed_batch, tokenize_texts
 
     out: dict[str, np.ndarray] = {}
     tokenizer = model.backbone.tokenizer
@@ -85,13 +86,14 @@ def _training_forward_outputs(model) -> dict[str, np.ndarray]:
 
 
 def _embed_kv_outputs(model) -> dict[str, np.ndarray]:
-    from genembed.retrieval.embed_kv import EmbedConfig, encode_with_kv
+    from genembed.encoders.settings import EmbedSettings
+    from genembed.retrieval.embed_kv import encode_with_kv
 
     out: dict[str, np.ndarray] = {}
     texts = TEXTS[:3]
     for method, kwargs in (("gircse", {"steps": 3}), ("mean", {}), ("grit", {}), ("last", {})):
         for kind in ("query", "doc"):
-            config = EmbedConfig(method=method, **kwargs)
+            config = EmbedSettings(method=method, **kwargs)
             encoded = encode_with_kv(model.backbone, texts, config, kind=kind, batch_size=2)
             key = f"embed_kv/{method}/{kind}"
             out[key] = encoded.embeddings
@@ -99,7 +101,7 @@ def _embed_kv_outputs(model) -> dict[str, np.ndarray]:
             keys, values = encoded.kv[0]
             out[key + "/keys"] = keys[:, :, :4, :4].float().numpy()
             out[key + "/values"] = values[:, :, -4:, :4].float().numpy()
-    centred = encode_with_kv(model.backbone, texts, EmbedConfig(steps=2, center=True), kind="query", keep_kv=False)
+    centred = encode_with_kv(model.backbone, texts, EmbedSettings(steps=2, center=True), kind="query", keep_kv=False)
     out["embed_kv/gircse/center"] = centred.embeddings
     return out
 

@@ -13,11 +13,12 @@ import torch
 from .adapter_info import TrainedFor, warn_if_untrained
 from .backbone.device import resolve_device
 from .backbone.loading import Backbone
-from .encoders.embedder import EncodeOptions, encode_texts, to_output, validate_texts
+from .encoders.embedder import encode_texts, to_output, validate_texts
 from .encoders.inspect_tokens import SoftTokenStep, inspect_soft_tokens
 from .encoders.instructions import DEFAULT_QUERY_INSTRUCTION, check_prompts, default_prompts, resolve_instruction
 from .encoders.methods import DEFAULT_METHOD, SOFT_TOKEN_METHOD, method_rules
 from .encoders.quantize import check_precision
+from .encoders.settings import EmbedSettings
 from .encoders.similarity import check_similarity_fn
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ class GenerativeEmbedder:
         # generate/rerank with the LoRA adapter (True: a GRIT jointly trained adapter) or with the base
         # weights (False: an embedding-only adapter); see genembed.generation.adapters and docs/grit.md
         self.generation_adapter = False
-        EncodeOptions.build(method=method, steps=steps, attention=attention, prompt_format=prompt_format, tau=tau)
+        EmbedSettings.build(method=method, steps=steps, attention=attention, prompt_format=prompt_format, tau=tau)
         self.method, self.steps, self.attention, self.prompt_format = method, steps, attention, prompt_format
         self.prompts = check_prompts(default_prompts() if prompts is None else prompts)
         self.default_prompt_name = default_prompt_name
@@ -209,7 +210,7 @@ class GenerativeEmbedder:
             method = self.method
             attention = self.attention if attention is None else attention
             prompt_format = prompt_format or self.prompt_format
-        options = EncodeOptions.build(
+        options = EmbedSettings.build(
             method=method,
             steps=self.steps if steps is None else steps,
             max_steps=max_steps,
@@ -314,7 +315,7 @@ class GenerativeEmbedder:
         prompt_format: str | None = None,
     ) -> list[SoftTokenStep]:
         """Per GIRCSE step, the ``top`` most probable vocabulary tokens of the soft token ``p_k``."""
-        options = EncodeOptions.build(method=SOFT_TOKEN_METHOD, steps=steps, prompt_format=prompt_format, tau=self.tau)
+        options = EmbedSettings.build(method=SOFT_TOKEN_METHOD, steps=steps, prompt_format=prompt_format, tau=self.tau)
         return inspect_soft_tokens(self.backbone, text, options, instruction=instruction or "", top=top)
 
     def generate(

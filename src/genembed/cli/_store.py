@@ -82,7 +82,7 @@ def settings_rows(index: Any) -> list[tuple[str, str]]:
     imported = f"imported from {manifest.get('imported_from')}"
     return [
         ("model", f"{manifest['model']['name']} (dim {index.dim})"),
-        ("embedding", f"{config.method}{steps}, {config.segment_attention} attention"),
+        ("embedding", f"{config.method}{steps}, {config.attention} attention"),
         ("chunking", f"{chunking['chunk_tokens']} tokens, overlap {chunking['overlap']}" if chunking else imported),
     ]
 

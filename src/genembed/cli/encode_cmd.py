@@ -49,19 +49,19 @@ def encode(
 ) -> None:
     """Embed every record of INPUT.jsonl into OUT/shard-*.npy (+ ids); see docs/performance.md."""
     from genembed._files import DamagedFileError
-    from genembed.encoders import EncodeOptions
+    from genembed.encoders import EmbedSettings
     from genembed.encoders.corpus import encode_corpus
 
     if not input_path.is_file():
         _fail(f"input file not found: {input_path}")
     try:  # check the settings before loading the model
-        options = EncodeOptions.build(
+        options = EmbedSettings.build(
             method=method, steps=steps, attention=attention, max_length=max_length, batch_size=batch_size
         )
     except ValueError as exc:
         _fail(str(exc))
     loaded = load_model(model, adapter, dtype, center, device)  # auto: cuda:LOCAL_RANK where there is CUDA
-    options = EncodeOptions.build(
+    options = EmbedSettings.build(
         method=method, steps=steps, attention=attention, max_length=max_length, batch_size=batch_size, tau=loaded.tau
     )
     try:

@@ -84,8 +84,8 @@ def build(
 ) -> None:
     """Chunk, embed and index SOURCES. Rerun the same command after an interruption to resume."""
     from genembed._files import DamagedFileError
+    from genembed.encoders.settings import EmbedSettings
     from genembed.retrieval.chunking import SourceError
-    from genembed.retrieval.embed_kv import EmbedConfig
     from genembed.retrieval.errors import IndexLoadError
     from genembed.retrieval.faiss_factory import parse_search_params
     from genembed.retrieval.index_build import build_index
@@ -99,15 +99,14 @@ def build(
         from genembed.encoders.methods import method_rules
 
         attention = method_rules(method).attention(attention)
-        config = EmbedConfig(
+        config = EmbedSettings(
             method=method, steps=steps, attention=attention, max_length=chunk_tokens + 256
-        )  # room for title + template
-        config.options()
+        )  # room for title + template; checked when made
         store = {"index_params": parse_search_params(index_param), "search_params": parse_search_params(search_param)}
     except ValueError as exc:
         _fail(str(exc))
     loaded = load_model(model, adapter, dtype, center, device)
-    config = EmbedConfig(**{**config.to_dict(), "tau": loaded.tau, "center": loaded.center})
+    config = config.replace(tau=loaded.tau, center=loaded.center)
     try:
         index = build_index(
             loaded,

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from ..encoders.embedder import EncodeOptions
 from ..encoders.methods import DEFAULT_METHOD, SOFT_TOKEN_METHOD, method_rules
+from ..encoders.settings import EmbedSettings
 from ._fingerprint import code_fingerprint, digest, folder_fingerprint, tensors_fingerprint
 
 __all__ = ["GenembedEncoder", "SentenceTransformerEncoder", "parse_steps"]
@@ -65,7 +65,7 @@ class GenembedEncoder:
             raise ValueError(f"steps apply only to method {SOFT_TOKEN_METHOD!r}, not {method!r}")
         self.steps = parse_steps(5 if steps is None else steps)
         # validates every setting and resolves the defaults (prompt format, attention) once
-        self.options = EncodeOptions.build(
+        self.options = EmbedSettings.build(
             method=method,
             steps=max(self.steps),
             attention=attention,

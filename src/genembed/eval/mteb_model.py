@@ -24,8 +24,8 @@ from mteb.models.abs_encoder import AbsEncoder
 from mteb.models.model_meta import ModelMeta, ScoringFunction
 from mteb.types import PromptType
 
-from ..encoders.embedder import EncodeOptions
 from ..encoders.methods import DEFAULT_METHOD, method_rules
+from ..encoders.settings import EmbedSettings
 
 __all__ = ["GenembedMTEBModel", "genembed_model_meta"]
 
@@ -108,7 +108,7 @@ class GenembedMTEBModel(AbsEncoder):
         self.encode_settings = {"method": method, "steps": steps, "attention": attention}
         self.encode_settings |= {"prompt_format": prompt_format, "max_length": max_length}
         self.batch_size = batch_size
-        EncodeOptions.build(**self.encode_settings, tau=model.tau)  # bad settings fail now, not mid-benchmark
+        EmbedSettings.build(**self.encode_settings, tau=model.tau)  # bad settings fail now, not mid-benchmark
         loader_kwargs = {"adapter": adapter, **self.encode_settings, "prompts_dict": prompts_dict}
         settings = {**self.encode_settings, "adapter": model.adapter, "instruct_documents": instruct_documents}
         if not method_rules(method).uses_steps:

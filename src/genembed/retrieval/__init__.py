@@ -16,7 +16,6 @@ _LAZY = {
     "SourceError": "chunking",
     "chunk_documents": "chunking",
     "read_sources": "chunking",
-    "EmbedConfig": "embed_kv",
     "encode_with_kv": "embed_kv",
     "Index": "index",
     "ChunkRecord": "index",
