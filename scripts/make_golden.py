@@ -4,8 +4,9 @@ Computes, with the code as it is, on the tiny random model of tests/conftest.py 
 one thread): ``encode`` embeddings for every method (GIRCSE with K=1 and K=3, with and without an
 instruction, query and document side; ``mean``, ``last``, ``grit``), the training forward's
 embeddings, the KV-keeping index path (embeddings and some KV values), the search scores of a small
-built index, and the per-step losses and gradient norms of 3 training steps of
-``configs/tiny-gircse.yaml`` and ``configs/tiny-grit.yaml``. ``tests/test_golden.py`` recomputes them
+built index, generative rerank scores (yes/no and query likelihood) and their prompts' token ids,
+and the per-step losses and gradient norms of 3 training steps of ``configs/tiny-gircse.yaml`` and
+``configs/tiny-grit.yaml``. ``tests/test_golden.py`` recomputes them
 and compares with what this script stored:
 
     OMP_NUM_THREADS=1 PYTHONPATH=src python scripts/make_golden.py
@@ -106,6 +107,32 @@ def _embed_kv_outputs(model) -> dict[str, np.ndarray]:
     return out
 
 
+def _rerank_outputs(model) -> dict[str, np.ndarray]:
+    from genembed.generation.query_likelihood import query_likelihood_prompt
+    from genembed.generation.rerank import rerank_prompt
+
+    out: dict[str, np.ndarray] = {}
+    documents = [d["text"] for d in DOCS] + ["ok", "The dog sleeps."]
+    query = "capital of France"
+    for scoring in ("yes_no", "query_likelihood"):
+        for name, instruction in (("default", None), ("instruction", INSTRUCTION)):
+            results = model.rerank(
+                "capital of France", documents, scoring=scoring, instruction=instruction, batch_size=2
+            )
+            key = f"rerank/{scoring}/{name}"
+            out[key + "/order"] = np.asarray([r.index for r in results], dtype=np.int64)
+            out[key + "/scores"] = np.asarray([r.score for r in results], dtype=np.float64)
+            out[key + "/probabilities"] = np.asarray([r.probability for r in results], dtype=np.float64)
+    tokenizer = model.backbone.tokenizer
+    prompt = rerank_prompt(tokenizer, query, INSTRUCTION)
+    before, after = query_likelihood_prompt(tokenizer, INSTRUCTION)
+    for key, ids in (("yes_no/prefix", prompt.prefix), ("yes_no/suffix", prompt.suffix)):
+        out[f"rerank/{key}"] = np.asarray(ids, dtype=np.int64)
+    for key, ids in (("query_likelihood/before", before), ("query_likelihood/after", after)):
+        out[f"rerank/{key}"] = np.asarray(ids, dtype=np.int64)
+    return out
+
+
 def _index_outputs(model, folder: Path) -> dict[str, np.ndarray]:
     import json
 
@@ -140,6 +167,7 @@ def compute_golden() -> dict[str, np.ndarray]:
     torch.set_num_threads(1)
     model = _tiny_model()
     out = _encode_outputs(model) | _training_forward_outputs(model) | _embed_kv_outputs(model)
+    out |= _rerank_outputs(model)
     with tempfile.TemporaryDirectory() as tmp:
         out |= _index_outputs(model, Path(tmp))
         out |= _training_outputs(Path(tmp))
