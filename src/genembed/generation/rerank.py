@@ -38,6 +38,7 @@ import torch
 
 from ..backbone.attention import run_decoder
 from ..encoders.batching import length_sorted_batches
+from ..encoders.instructions import DEFAULT_QUERY_INSTRUCTION, DEFAULT_RERANK_INSTRUCTION
 from .adapters import adapter_mode
 from .decoding import lm_head
 from .query_likelihood import MAX_QUERY_TOKENS, score_query_likelihood
@@ -55,8 +56,6 @@ __all__ = [
     "score_pairs",
 ]
 
-DEFAULT_RERANK_INSTRUCTION = "Judge whether the document is relevant to the query."
-DEFAULT_TASK_INSTRUCTION = "Given a query, retrieve relevant passages."  # query_likelihood's default
 SCORINGS = ("yes_no", "query_likelihood")
 ANSWER_TOKENS = ("Yes", "No")  # the casing SmolLM2-Instruct answers with
 _QUESTION = "Is the document relevant to the query? Answer Yes or No."
@@ -248,7 +247,7 @@ def rerank(
     if scoring not in SCORINGS:
         raise ValueError(f"scoring must be one of {SCORINGS}, got {scoring!r}")
     score = score_pairs if scoring == "yes_no" else score_query_likelihood
-    default_instruction = DEFAULT_RERANK_INSTRUCTION if scoring == "yes_no" else DEFAULT_TASK_INSTRUCTION
+    default_instruction = DEFAULT_RERANK_INSTRUCTION if scoring == "yes_no" else DEFAULT_QUERY_INSTRUCTION
     with adapter_mode(backbone.model, use_adapter):
         scores = score(
             backbone.model,
