@@ -22,7 +22,9 @@ from .encoders.settings import EmbedSettings
 from .encoders.similarity import check_similarity_fn
 
 if TYPE_CHECKING:
-    from .generation.rerank import RerankResult
+    from typing import Unpack
+
+    from .generation.rerank import RerankOptions, RerankResult
 
 __all__ = ["DEFAULT_QUERY_INSTRUCTION", "GenerativeEmbedder"]
 
@@ -360,17 +362,7 @@ class GenerativeEmbedder:
         )
         return pieces if stream else "".join(pieces)
 
-    def rerank(
-        self,
-        query: str,
-        documents: list[str],
-        *,
-        top_n: int | None = None,
-        instruction: str | None = None,
-        batch_size: int = 8,
-        max_length: int = 512,
-        scoring: str = "query_likelihood",
-    ) -> list[RerankResult]:
+    def rerank(self, query: str, documents: list[str], **options: Unpack[RerankOptions]) -> list[RerankResult]:
         """Order documents by relevance to the query, judged generatively by this model.
 
         Two scorings (:mod:`genembed.generation.rerank`). The default, ``"query_likelihood"`` (UPR): the
@@ -380,15 +372,17 @@ class GenerativeEmbedder:
         135M model, query likelihood lifted nDCG@10 of the top 10 from 22.3 to 31.3 while yes/no
         lowered it to 14.3 (docs/grit.md); yes/no needs a larger model.
 
+        The options after ``documents`` are keyword-only (:class:`~genembed.generation.rerank.RerankOptions`).
+
         Args:
             query: the query.
             documents: candidate documents.
             top_n: return only the best ``top_n`` (default: all).
             instruction: task description opening the prompt, e.g. "Given a scientific claim, retrieve
                 documents that support or refute the claim." (default: a generic relevance instruction).
-            batch_size: documents per forward pass.
-            max_length: document tokens kept.
-            scoring: ``"query_likelihood"`` or ``"yes_no"`` (above).
+            batch_size: documents per forward pass (default 8).
+            max_length: document tokens kept (default 512).
+            scoring: ``"query_likelihood"`` (default) or ``"yes_no"`` (above).
 
         Returns:
             :class:`~genembed.generation.rerank.RerankResult` ``(index, score, document, probability)``
@@ -398,17 +392,7 @@ class GenerativeEmbedder:
         """
         from .generation.rerank import rerank
 
-        return rerank(
-            self.backbone,
-            query,
-            documents,
-            top_n=top_n,
-            instruction=instruction,
-            batch_size=batch_size,
-            max_length=max_length,
-            scoring=scoring,
-            use_adapter=self.generation_adapter,
-        )
+        return rerank(self.backbone, query, documents, use_adapter=self.generation_adapter, **options)
 
     def search(
         self,

@@ -7,53 +7,25 @@ without loading torch); names load from their modules on first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from .._lazy import lazy_names
 
-_LAZY = {
-    "Batch": "batching",
-    "collate": "batching",
-    "length_sorted_batches": "batching",
-    "EmbedSettings": "settings",
-    "BatchEmbeddings": "core",
-    "embed_prepared": "core",
-    "encode_texts": "embedder",
-    "to_output": "embedder",
-    "validate_texts": "embedder",
-    "SoftTokenStep": "inspect_tokens",
-    "inspect_soft_tokens": "inspect_tokens",
-    "DEFAULT_QUERY_INSTRUCTION": "instructions",
-    "default_prompts": "instructions",
-    "resolve_instruction": "instructions",
-    "DEFAULT_METHOD": "methods",
-    "METHODS": "methods",
-    "METHOD_RULES": "methods",
-    "MethodRules": "methods",
-    "method_rules": "methods",
-    "last_token_pool": "pooling",
-    "masked_mean": "pooling",
-    "EncodedPrompt": "prompts",
-    "PROMPT_FORMATS": "prompts",
-    "encode_prompts": "prompts",
-    "prompt_spans": "prompts",
-    "PRECISIONS": "quantize",
-    "quantize_embeddings": "quantize",
-    "SIMILARITY_FUNCTIONS": "similarity",
-    "similarity": "similarity",
-    "similarity_pairwise": "similarity",
-    "SoftTokenOutput": "soft_tokens",
-    "generate_soft_tokens": "soft_tokens",
-    "output_head": "soft_tokens",
+_MODULES = {  # submodule -> the names it exports here
+    "batching": ("Batch", "collate", "length_sorted_batches"),
+    "core": ("BatchEmbeddings", "embed_prepared"),
+    "embedder": ("encode_texts", "to_output", "validate_texts"),
+    "inspect_tokens": ("SoftTokenStep", "inspect_soft_tokens"),
+    "instructions": ("DEFAULT_QUERY_INSTRUCTION", "default_prompts", "resolve_instruction"),
+    "methods": ("DEFAULT_METHOD", "METHODS", "METHOD_RULES", "MethodRules", "method_rules"),
+    "pooling": ("last_token_pool", "masked_mean"),
+    "prompts": ("EncodedPrompt", "PROMPT_FORMATS", "encode_prompts", "prompt_spans"),
+    "quantize": ("PRECISIONS", "quantize_embeddings"),
+    "settings": ("EmbedSettings",),
+    "similarity": ("SIMILARITY_FUNCTIONS", "similarity", "similarity_pairwise"),
+    "soft_tokens": ("SoftTokenOutput", "generate_soft_tokens", "output_head"),
 }
+_LAZY = {name: module for module, names in _MODULES.items() for name in names}
 
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)

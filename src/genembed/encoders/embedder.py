@@ -9,20 +9,20 @@ with explicit position ids, so an embedding does not depend on its batch mates.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from .batching import collate, length_sorted_batches
-from .core import embed_prepared
+from .batching import Batch, collate, length_sorted_batches
+from .core import BatchEmbeddings, embed_prepared
 from .fast_decoder import FastDecoder
-from .prompts import encode_prompts
+from .prompts import EncodedPrompt, encode_prompts
 from .quantize import quantize_embeddings
 from .settings import EmbedSettings
 
-__all__ = ["encode_texts", "to_output", "validate_texts"]
+__all__ = ["embed_prompts", "encode_texts", "to_output", "validate_texts"]
 
 
 def validate_texts(texts: Any) -> tuple[list[str], bool]:
@@ -50,37 +50,67 @@ def encode_texts(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Encode texts; return un-normalized embeddings ``(n, D)`` (or ``(n, K, D)`` with
     ``return_all_steps``) in input order, and for adaptive GIRCSE the steps used per text."""
-    model, tokenizer = backbone.model, backbone.tokenizer
+    prompts: list[EncodedPrompt] = []
+    if texts:  # (no texts: no check that max_length leaves room for them)
+        prompts = encode_prompts(
+            backbone.tokenizer,
+            texts,
+            instruction=instruction,
+            prompt_format=options.prompt_format,  # type: ignore[arg-type]
+            max_length=options.max_length,
+        )
+    return embed_prompts(backbone, prompts, options, return_all_steps=return_all_steps, progress=show_progress_bar)
+
+
+BatchCallback = Callable[[list[int], Batch, BatchEmbeddings], None]
+
+
+@torch.inference_mode()
+def embed_prompts(
+    backbone: Any,
+    prompts: list[EncodedPrompt],
+    options: EmbedSettings,
+    *,
+    return_all_steps: bool = False,
+    keep_kv: bool = False,
+    on_batch: BatchCallback | None = None,
+    progress: bool | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Embed tokenized prompts in length-sorted batches; results as :func:`encode_texts` gives them.
+
+    Args:
+        backbone: a :class:`~genembed.backbone.loading.Backbone`.
+        prompts: from :func:`~genembed.encoders.prompts.encode_prompts`.
+        options: how to embed (``options.batch_size`` prompts per pass).
+        return_all_steps: ``(n, K, D)`` embeddings ``z_1..z_K``.
+        keep_kv: keep each batch's KV cache for ``on_batch`` (the transformers path, not the fast path).
+        on_batch: called with each batch's prompt indices, the batch and its :class:`BatchEmbeddings`.
+        progress: show a progress bar (None: for more than 8 batches).
+    """
+    model = backbone.model
     device = next(model.parameters()).device
-    dim = model.config.hidden_size if hasattr(model, "config") else None
     steps = options.rules.steps(options.steps)
-    if not texts:
-        shape = (0, steps, dim) if return_all_steps else (0, dim)
-        return torch.zeros(shape), None
-    prompts = encode_prompts(
-        tokenizer,
-        texts,
-        instruction=instruction,
-        prompt_format=options.prompt_format,
-        max_length=options.max_length,
-    )
+    if not prompts:
+        dim = model.config.hidden_size if hasattr(model, "config") else None
+        return torch.zeros((0, steps, dim) if return_all_steps else (0, dim)), None
     batches = length_sorted_batches([len(p.ids) for p in prompts], options.batch_size)
-    results: list[torch.Tensor | None] = [None] * len(texts)
-    used: list[int] = [steps] * len(texts)
-    if show_progress_bar is None:
-        show_progress_bar = len(batches) > 8
-    fast = FastDecoder.build(model) if options.fast_path and options.use_cache else None
+    results: list[torch.Tensor | None] = [None] * len(prompts)
+    used: list[int] = [steps] * len(prompts)
+    fast = FastDecoder.build(model) if options.fast_path and options.use_cache and not keep_kv else None
     from tqdm.auto import tqdm
 
-    with tqdm(total=len(texts), desc=f"encode ({options.method})", disable=not show_progress_bar, unit="text") as bar:
+    disable = not (len(batches) > 8 if progress is None else progress)
+    with tqdm(total=len(prompts), desc=f"encode ({options.method})", disable=disable, unit="text") as bar:
         for indices in batches:
-            batch = collate([prompts[i] for i in indices], tokenizer.pad_token_id).to(device)
-            out = embed_prepared(model, batch, options, fast=fast)
+            batch = collate([prompts[i] for i in indices], backbone.tokenizer.pad_token_id).to(device)
+            out = embed_prepared(model, batch, options, keep_kv=keep_kv, fast=fast)
             vectors = out.steps if return_all_steps else out.final
             for row, i in enumerate(indices):
                 results[i] = vectors[row].float().cpu()
                 if out.steps_used is not None:
                     used[i] = int(out.steps_used[row])
+            if on_batch is not None:
+                on_batch(indices, batch, out)
             bar.update(len(indices))
     stacked = torch.stack(results)  # type: ignore[arg-type]
     return stacked, (torch.tensor(used) if options.adaptive else None)

@@ -15,9 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..encoders.batching import collate, length_sorted_batches
 from ..encoders.centering import apply_centre, centre
-from ..encoders.core import embed_prepared
+from ..encoders.embedder import embed_prompts
 from ..encoders.prompts import encode_prompts
 from ..encoders.settings import EmbedSettings
 from .kv_ops import KV, stacked_states
@@ -57,31 +56,29 @@ def encode_with_kv(
         batch_size: texts per forward pass.
         kv_dtype: cast the returned states (e.g. ``torch.float16`` for storage).
     """
-    model, tokenizer = backbone.model, backbone.tokenizer
     options = config.replace(batch_size=batch_size)
-    device = next(model.parameters()).device
     prompts = encode_prompts(
-        tokenizer,
+        backbone.tokenizer,
         texts,
         instruction=config.instruction(kind),
-        prompt_format=options.prompt_format,
+        prompt_format=options.prompt_format,  # type: ignore[arg-type]
         max_length=options.max_length,
     )
-    dim = model.config.hidden_size
-    embeddings = torch.zeros((len(texts), dim))
     kv: list[KV | None] = [None] * len(texts)
-    for indices in length_sorted_batches([len(p.ids) for p in prompts], batch_size):
-        batch = collate([prompts[i] for i in indices], tokenizer.pad_token_id).to(device)
-        out = embed_prepared(model, batch, options, keep_kv=keep_kv)
-        pooled, cache = out.final, out.cache  # z_K for soft tokens
+
+    def keep(indices: list[int], batch: Any, out: Any) -> None:
         width = batch.input_ids.shape[1]
         for row, i in enumerate(indices):
-            embeddings[i] = pooled[row].float().cpu()
-            if keep_kv:
-                keys, values = stacked_states(cache, row, width - len(prompts[i].ids), width)
-                if kv_dtype is not None:
-                    keys, values = keys.to(kv_dtype), values.to(kv_dtype)
-                kv[i] = (keys.cpu(), values.cpu())
+            keys, values = stacked_states(out.cache, row, width - len(prompts[i].ids), width)
+            if kv_dtype is not None:
+                keys, values = keys.to(kv_dtype), values.to(kv_dtype)
+            kv[i] = (keys.cpu(), values.cpu())
+
+    # the transformers pass (not the CPU fast path) gives the KV states, and the embeddings with them
+    embeddings, _ = embed_prompts(
+        backbone, prompts, options.replace(fast_path=False), keep_kv=keep_kv, on_batch=keep if keep_kv else None,
+        progress=False,
+    )  # fmt: skip
     if config.center:
         embeddings = apply_centre(embeddings, centre(backbone, options, config.instruction(kind)))
     normalized = torch.nn.functional.normalize(embeddings, dim=-1).numpy().astype(np.float32)
