@@ -68,9 +68,13 @@ def embed_prepared(
     if rules.uses_steps:
         if fast is not None:
             out = fast.soft_tokens(
-                batch.input_ids, batch.attention_mask, steps=settings.steps, tau=settings.tau, causal=causal,
+                batch.input_ids,
+                batch.attention_mask,
+                steps=settings.steps,
+                tau=settings.tau,
+                causal=causal,
                 stop_tol=stop_tol,
-            )  # fmt: skip
+            )
         else:
             out = generate_soft_tokens(
                 model,

@@ -18,7 +18,7 @@ import torch
 from .batching import Batch, collate, length_sorted_batches
 from .core import BatchEmbeddings, embed_prepared
 from .fast_decoder import FastDecoder
-from .prompts import EncodedPrompt, encode_prompts
+from .prompts import EncodedPrompt
 from .quantize import quantize_embeddings
 from .settings import EmbedSettings
 
@@ -50,15 +50,8 @@ def encode_texts(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Encode texts; return un-normalized embeddings ``(n, D)`` (or ``(n, K, D)`` with
     ``return_all_steps``) in input order, and for adaptive GIRCSE the steps used per text."""
-    prompts: list[EncodedPrompt] = []
-    if texts:  # (no texts: no check that max_length leaves room for them)
-        prompts = encode_prompts(
-            backbone.tokenizer,
-            texts,
-            instruction=instruction,
-            prompt_format=options.prompt_format,  # type: ignore[arg-type]
-            max_length=options.max_length,
-        )
+    # (no texts: no check that max_length leaves room for them)
+    prompts = options.prompts(backbone.tokenizer, texts, instruction) if texts else []
     return embed_prompts(backbone, prompts, options, return_all_steps=return_all_steps, progress=show_progress_bar)
 
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from ..backbone.attention import check_attention
 from .instructions import DEFAULT_QUERY_INSTRUCTION
-from .methods import DEFAULT_METHOD, method_rules
-from .prompts import PROMPT_FORMATS, encode_prompts
+from .methods import DEFAULT_METHOD, MethodRules, method_rules
+from .prompts import PROMPT_FORMATS, EncodedPrompt, encode_prompts
 
 __all__ = ["EMBEDDING_FIELDS", "EmbedSettings"]
 
@@ -84,7 +84,7 @@ class EmbedSettings:
         return dataclasses.replace(self, **changes)
 
     @property
-    def rules(self) -> Any:
+    def rules(self) -> MethodRules:
         """The method's :class:`~genembed.encoders.methods.MethodRules`."""
         return method_rules(self.method)
 
@@ -94,16 +94,19 @@ class EmbedSettings:
             raise ValueError(f"kind must be 'query' or 'doc', got {kind!r}")
         return self.query_instruction if kind == "query" else self.doc_instruction
 
-    def prompt_ids(self, tokenizer: Any, texts: list[str], kind: str) -> list[list[int]]:
-        """Token ids of each text's embedding prompt: the segment it contributes to a RAG context."""
-        prompts = encode_prompts(
+    def prompts(self, tokenizer: Any, texts: list[str], instruction: str) -> list[EncodedPrompt]:
+        """The texts' prompts in this prompt format, cut to ``max_length`` (:func:`encode_prompts`)."""
+        return encode_prompts(
             tokenizer,
             texts,
-            instruction=self.instruction(kind),
+            instruction=instruction,
             prompt_format=self.prompt_format,  # type: ignore[arg-type]
             max_length=self.max_length,
         )
-        return [p.ids for p in prompts]
+
+    def prompt_ids(self, tokenizer: Any, texts: list[str], kind: str) -> list[list[int]]:
+        """Token ids of each text's embedding prompt: the segment it contributes to a RAG context."""
+        return [p.ids for p in self.prompts(tokenizer, texts, self.instruction(kind))]
 
     def to_dict(self) -> dict[str, Any]:
         """The fields an index manifest records (a method's own prompt format is written as ``""``)."""

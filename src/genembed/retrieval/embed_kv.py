@@ -17,7 +17,6 @@ import torch
 
 from ..encoders.centering import apply_centre, centre
 from ..encoders.embedder import embed_prompts
-from ..encoders.prompts import encode_prompts
 from ..encoders.settings import EmbedSettings
 from .kv_ops import KV, stacked_states
 
@@ -57,13 +56,7 @@ def encode_with_kv(
         kv_dtype: cast the returned states (e.g. ``torch.float16`` for storage).
     """
     options = config.replace(batch_size=batch_size)
-    prompts = encode_prompts(
-        backbone.tokenizer,
-        texts,
-        instruction=config.instruction(kind),
-        prompt_format=options.prompt_format,  # type: ignore[arg-type]
-        max_length=options.max_length,
-    )
+    prompts = options.prompts(backbone.tokenizer, texts, config.instruction(kind))
     kv: list[KV | None] = [None] * len(texts)
 
     def keep(indices: list[int], batch: Any, out: Any) -> None:
@@ -75,10 +68,9 @@ def encode_with_kv(
             kv[i] = (keys.cpu(), values.cpu())
 
     # the transformers pass (not the CPU fast path) gives the KV states, and the embeddings with them
-    embeddings, _ = embed_prompts(
-        backbone, prompts, options.replace(fast_path=False), keep_kv=keep_kv, on_batch=keep if keep_kv else None,
-        progress=False,
-    )  # fmt: skip
+    slow = options.replace(fast_path=False)
+    callback = keep if keep_kv else None
+    embeddings, _ = embed_prompts(backbone, prompts, slow, keep_kv=keep_kv, on_batch=callback, progress=False)
     if config.center:
         embeddings = apply_centre(embeddings, centre(backbone, options, config.instruction(kind)))
     normalized = torch.nn.functional.normalize(embeddings, dim=-1).numpy().astype(np.float32)
