@@ -8,7 +8,7 @@ tuners. A new method is one more row of :data:`METHOD_RULES` (plus its pooling, 
 ===========  =================  ==============  =====================================  ==========
 method       attention          prompt format   pooling                                loss
 ===========  =================  ==============  =====================================  ==========
-``gircse``   causal (settable)  chat            K soft tokens, ``z_K = mean(h_1..h_K)``  ICR
+``gircse``   causal (settable)  chat            K soft tokens, mean of their states    ICR
 ``mean``     causal (settable)  plain           mean of the text tokens                InfoNCE
 ``last``     causal (settable)  plain           the prompt's last token                InfoNCE
 ``grit``     bidirectional      plain           mean of the text tokens                InfoNCE
