@@ -227,7 +227,7 @@ def run_row(args: argparse.Namespace, name: str, size: int) -> dict:
 
 
 def _milvus_row(args: argparse.Namespace, spec: dict, size: int, parts: list[LazyChunk], t0: float):  # noqa: ANN202
-    from genembed.retrieval.embed_kv import EmbedConfig
+    from genembed.encoders.settings import EmbedSettings
     from genembed.retrieval.index import ChunkRecord
     from genembed.retrieval.milvus_store import MilvusIndex
     from genembed.retrieval.stores import parse_location, store_settings
@@ -237,7 +237,7 @@ def _milvus_row(args: argparse.Namespace, spec: dict, size: int, parts: list[Laz
     location = parse_location(f"milvus:{path}")
     manifest = {
         "model": {"name": "synthetic", "dim": args.dim, "ref": {}},
-        "embed": EmbedConfig().to_dict(),
+        "embed": EmbedSettings().to_dict(),
         "chunking": None,
         "kv": None,
         **store_settings(location, args.dim, index_type=spec["index_type"], search_params=spec["search"]),

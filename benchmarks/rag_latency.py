@@ -146,7 +146,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import genembed
-    from genembed.retrieval.embed_kv import EmbedConfig
+    from genembed.encoders.settings import EmbedSettings
     from genembed.retrieval.index_build import build_index
     from genembed.retrieval.rag_prompt import RagPrompt
 
@@ -156,10 +156,10 @@ def main() -> None:
     corpus = (REPO / "src" / "genembed" / "data" / "sample_corpus.jsonl").read_text().splitlines()
     seed_text = " ".join(json.loads(line)["text"] for line in corpus)
     longest = max(args.lengths)
-    config = EmbedConfig(method=args.method, tau=model.tau, max_length=longest + 256, center=model.center)
+    config = EmbedSettings(method=args.method, tau=model.tau, max_length=longest + 256, center=model.center)
     prompt = RagPrompt()
     if args.prompt == "matching":
-        prompt = RagPrompt.matching_queries(config.query_instruction, config.options().prompt_format)
+        prompt = RagPrompt.matching_queries(config.query_instruction, config.prompt_format)
     modes = ["none", *(m for m in args.modes if m != "none")]
     results: dict[str, dict] = {sweep: {} for sweep in args.sweeps}
     with tempfile.TemporaryDirectory() as tmp_name:

@@ -220,12 +220,12 @@ def main() -> None:
     args = parser.parse_args()
 
     import genembed
-    from genembed.retrieval.embed_kv import EmbedConfig
+    from genembed.encoders.settings import EmbedSettings
 
     torch.set_num_threads(args.threads)
     adapter = False if args.adapter == "none" else args.adapter
     model = genembed.load(adapter=adapter, dtype="float32")
-    config = EmbedConfig(method=args.method, tau=model.tau, max_length=512, center=model.center)
+    config = EmbedSettings(method=args.method, tau=model.tau, max_length=512, center=model.center)
     report = {
         "config": {**vars(args), "out": str(args.out), "model": model.name, "embed": config.to_dict()},
         "git_commit": git_commit(),
@@ -235,7 +235,7 @@ def main() -> None:
     if config.center:  # compute the documents' centre once before any timed build (it is memoised)
         from genembed.encoders.centering import centre
 
-        centre(model.backbone, config.options(), config.doc_instruction)
+        centre(model.backbone, config, config.doc_instruction)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.sets:

@@ -49,7 +49,7 @@ def main() -> None:
     import torch
 
     import genembed
-    from genembed.encoders import EncodeOptions
+    from genembed.encoders import EmbedSettings
     from genembed.encoders.corpus import encode_corpus
     from genembed.eval.metrics import ndcg_at_k
     from genembed.eval.tasks import load_task
@@ -64,7 +64,7 @@ def main() -> None:
     if not corpus.is_file() or corpus.read_text() != lines:
         corpus.write_text(lines)
     model = genembed.load(args.model, adapter=False if args.adapter == "none" else args.adapter, dtype=args.dtype)
-    options = EncodeOptions.build(method=args.method, steps=args.steps, max_length=args.max_length, tau=model.tau)
+    options = EmbedSettings.build(method=args.method, steps=args.steps, max_length=args.max_length, tau=model.tau)
     t0 = time.perf_counter()
     encode_corpus(
         model.backbone,

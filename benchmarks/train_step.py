@@ -82,7 +82,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import genembed
-    from genembed.training.forward import EmbedSettings
+    from genembed.encoders.settings import EmbedSettings
     from genembed.training.lora import make_trainable
     from genembed.training.losses import ICRLoss
     from genembed.training.objective import Objective

@@ -80,7 +80,7 @@ def test_encode_warns_for_a_method_the_adapter_was_not_trained_for(adapter_dirs)
 
 
 def test_index_build_warns_too(adapter_dirs, tmp_path):
-    from genembed.retrieval.embed_kv import EmbedConfig
+    from genembed.encoders.settings import EmbedSettings
     from genembed.retrieval.index_build import build_index
 
     model_dir, adapter = adapter_dirs
@@ -88,4 +88,4 @@ def test_index_build_warns_too(adapter_dirs, tmp_path):
     docs.write_text("Paris is the capital of France.")
     model = genembed.load(model_dir, adapter=adapter)
     with pytest.warns(UntrainedAdapterWarning, match="method='mean' with causal attention is untrained"):
-        build_index(model, [docs], tmp_path / "idx", config=EmbedConfig(method="mean"), show_progress_bar=False)
+        build_index(model, [docs], tmp_path / "idx", config=EmbedSettings(method="mean"), show_progress_bar=False)

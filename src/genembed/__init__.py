@@ -18,7 +18,7 @@ _LAZY = {
     "load": "genembed.loading",
     "DamagedFileError": "genembed._files",
     "GenerativeEmbedder": "genembed.model",
-    "DEFAULT_QUERY_INSTRUCTION": "genembed.model",
+    "DEFAULT_QUERY_INSTRUCTION": "genembed.encoders.instructions",
     "MissingModelError": "genembed.backbone.default_model",
     "tiny_backbone": "genembed.backbone.tiny",
     "train": "genembed.training.loop",

@@ -16,6 +16,8 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from .encoders.methods import DEFAULT_METHOD, METHOD_RULES
+
 __all__ = ["CONFIG_NAMES", "TrainedFor", "UntrainedAdapterWarning", "read_trained_for", "warn_if_untrained"]
 
 CONFIG_NAMES = ("genembed_train.yaml", "training_config.yaml")
@@ -29,8 +31,8 @@ class UntrainedAdapterWarning(UserWarning):
 class TrainedFor:
     """The embedding method and attention an adapter was trained with, and whether for generation too."""
 
-    method: str  # gircse | mean | last | grit
-    attention: str  # causal | bidirectional (grit is always bidirectional)
+    method: str  # a name in genembed.encoders.methods.METHODS
+    attention: str  # causal | bidirectional (fixed for some methods: grit is always bidirectional)
     generation: bool  # trained with a next-token loss of positive weight (GRIT joint training)
     config: str  # the saved config this was read from
 
@@ -71,8 +73,10 @@ def read_trained_for(adapter_path: str | os.PathLike) -> TrainedFor | None:
             raise ValueError(f"{path}: expected a YAML mapping (a genembed training config)")
         embedding = config.get("embedding") or {}
         generative = config.get("generative") or {}
-        method = str(embedding.get("method", "gircse"))
-        attention = "bidirectional" if method == "grit" else str(embedding.get("attention", "causal"))
+        method = str(embedding.get("method", DEFAULT_METHOD))
+        attention = str(embedding.get("attention", "causal"))
+        if method in METHOD_RULES:  # an unknown method fails when used, with the list of methods
+            attention = METHOD_RULES[method].attention(attention)
         generation = bool(generative.get("files")) and float(generative.get("weight", 1.0)) > 0
         return TrainedFor(method, attention, generation, str(path))
     return None

@@ -13,14 +13,18 @@ import torch
 from .adapter_info import TrainedFor, warn_if_untrained
 from .backbone.device import resolve_device
 from .backbone.loading import Backbone
-from .encoders.embedder import EncodeOptions, encode_texts, to_output, validate_texts
+from .encoders.embedder import encode_texts, to_output, validate_texts
 from .encoders.inspect_tokens import SoftTokenStep, inspect_soft_tokens
 from .encoders.instructions import DEFAULT_QUERY_INSTRUCTION, check_prompts, default_prompts, resolve_instruction
+from .encoders.methods import DEFAULT_METHOD, SOFT_TOKEN_METHOD, method_rules
 from .encoders.quantize import check_precision
+from .encoders.settings import EmbedSettings
 from .encoders.similarity import check_similarity_fn
 
 if TYPE_CHECKING:
-    from .generation.rerank import RerankResult
+    from typing import Unpack
+
+    from .generation.rerank import RerankOptions, RerankResult
 
 __all__ = ["DEFAULT_QUERY_INSTRUCTION", "GenerativeEmbedder"]
 
@@ -58,7 +62,7 @@ class GenerativeEmbedder:
         tau: float = 1.0,
         adapter: str | None = None,
         center: bool = False,
-        method: str = "gircse",
+        method: str = DEFAULT_METHOD,
         steps: int | str = 5,
         attention: str | None = None,
         prompt_format: str | None = None,
@@ -76,7 +80,7 @@ class GenerativeEmbedder:
         # generate/rerank with the LoRA adapter (True: a GRIT jointly trained adapter) or with the base
         # weights (False: an embedding-only adapter); see genembed.generation.adapters and docs/grit.md
         self.generation_adapter = False
-        EncodeOptions.build(method=method, steps=steps, attention=attention, prompt_format=prompt_format, tau=tau)
+        EmbedSettings.build(method=method, steps=steps, attention=attention, prompt_format=prompt_format, tau=tau)
         self.method, self.steps, self.attention, self.prompt_format = method, steps, attention, prompt_format
         self.prompts = check_prompts(default_prompts() if prompts is None else prompts)
         self.default_prompt_name = default_prompt_name
@@ -158,10 +162,11 @@ class GenerativeEmbedder:
             steps: GIRCSE soft tokens K (None: ``model.steps``, 5 by default), or ``"auto"`` to stop
                 each text when ``cos(z_k, z_{k-1}) > stop_tol`` (at most ``max_steps``). Ignored by
                 single-pass methods.
-            method: ``"gircse"``, ``"mean"``, ``"last"`` or ``"grit"`` (None: ``model.method``).
-            attention: ``"causal"`` (default) or ``"bidirectional"``; ``grit`` is always bidirectional.
-            prompt_format: ``"chat"`` (default for gircse) or ``"plain"`` (default otherwise); see
-                :mod:`genembed.encoders.prompts`.
+            method: one of :data:`genembed.encoders.methods.METHODS` (None: ``model.method``).
+            attention: ``"causal"`` (default) or ``"bidirectional"``; some methods fix it (GRIT is
+                always bidirectional; see :mod:`genembed.encoders.methods`).
+            prompt_format: ``"chat"`` or ``"plain"``; None: the method's own (chat for GIRCSE, plain
+                otherwise); see :mod:`genembed.encoders.prompts`.
             batch_size: texts per forward pass (texts are sorted by length first).
             normalize: L2-normalize the embeddings (default True).
             normalize_embeddings: sentence-transformers' name for ``normalize``.
@@ -207,7 +212,7 @@ class GenerativeEmbedder:
             method = self.method
             attention = self.attention if attention is None else attention
             prompt_format = prompt_format or self.prompt_format
-        options = EncodeOptions.build(
+        options = EmbedSettings.build(
             method=method,
             steps=self.steps if steps is None else steps,
             max_steps=max_steps,
@@ -225,8 +230,8 @@ class GenerativeEmbedder:
             isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int) or truncate_dim < 1
         ):
             raise ValueError(f"truncate_dim must be a positive int or None, got {truncate_dim!r}")
-        if return_all_steps and (method != "gircse" or options.adaptive):
-            raise ValueError("return_all_steps needs method='gircse' and a fixed number of steps")
+        if return_all_steps and (not method_rules(method).uses_steps or options.adaptive):
+            raise ValueError(f"return_all_steps needs method={SOFT_TOKEN_METHOD!r} and a fixed number of steps")
         if return_all_steps and precision != "float32":
             raise ValueError("return_all_steps gives float32 embeddings only; quantize each step yourself")
         if device is not None:
@@ -256,7 +261,7 @@ class GenerativeEmbedder:
         )
         if return_steps_used:
             if used is None:
-                used = torch.full((len(items),), options.steps if method == "gircse" else 1)
+                used = torch.full((len(items),), method_rules(method).steps(options.steps))
             used_out = used.numpy() if convert_to_numpy else used
             return out, (used_out[0] if single else used_out)
         return out
@@ -312,7 +317,7 @@ class GenerativeEmbedder:
         prompt_format: str | None = None,
     ) -> list[SoftTokenStep]:
         """Per GIRCSE step, the ``top`` most probable vocabulary tokens of the soft token ``p_k``."""
-        options = EncodeOptions.build(method="gircse", steps=steps, prompt_format=prompt_format, tau=self.tau)
+        options = EmbedSettings.build(method=SOFT_TOKEN_METHOD, steps=steps, prompt_format=prompt_format, tau=self.tau)
         return inspect_soft_tokens(self.backbone, text, options, instruction=instruction or "", top=top)
 
     def generate(
@@ -357,17 +362,7 @@ class GenerativeEmbedder:
         )
         return pieces if stream else "".join(pieces)
 
-    def rerank(
-        self,
-        query: str,
-        documents: list[str],
-        *,
-        top_n: int | None = None,
-        instruction: str | None = None,
-        batch_size: int = 8,
-        max_length: int = 512,
-        scoring: str = "query_likelihood",
-    ) -> list[RerankResult]:
+    def rerank(self, query: str, documents: list[str], **options: Unpack[RerankOptions]) -> list[RerankResult]:
         """Order documents by relevance to the query, judged generatively by this model.
 
         Two scorings (:mod:`genembed.generation.rerank`). The default, ``"query_likelihood"`` (UPR): the
@@ -377,15 +372,17 @@ class GenerativeEmbedder:
         135M model, query likelihood lifted nDCG@10 of the top 10 from 22.3 to 31.3 while yes/no
         lowered it to 14.3 (docs/grit.md); yes/no needs a larger model.
 
+        The options after ``documents`` are keyword-only (:class:`~genembed.generation.rerank.RerankOptions`).
+
         Args:
             query: the query.
             documents: candidate documents.
             top_n: return only the best ``top_n`` (default: all).
             instruction: task description opening the prompt, e.g. "Given a scientific claim, retrieve
                 documents that support or refute the claim." (default: a generic relevance instruction).
-            batch_size: documents per forward pass.
-            max_length: document tokens kept.
-            scoring: ``"query_likelihood"`` or ``"yes_no"`` (above).
+            batch_size: documents per forward pass (default 8).
+            max_length: document tokens kept (default 512).
+            scoring: ``"query_likelihood"`` (default) or ``"yes_no"`` (above).
 
         Returns:
             :class:`~genembed.generation.rerank.RerankResult` ``(index, score, document, probability)``
@@ -395,17 +392,7 @@ class GenerativeEmbedder:
         """
         from .generation.rerank import rerank
 
-        return rerank(
-            self.backbone,
-            query,
-            documents,
-            top_n=top_n,
-            instruction=instruction,
-            batch_size=batch_size,
-            max_length=max_length,
-            scoring=scoring,
-            use_adapter=self.generation_adapter,
-        )
+        return rerank(self.backbone, query, documents, use_adapter=self.generation_adapter, **options)
 
     def search(
         self,

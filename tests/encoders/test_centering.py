@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from genembed.encoders import EncodeOptions, encode_texts
+from genembed.encoders import EmbedSettings, encode_texts
 from genembed.encoders.centering import apply_centre, calibration_texts, centre, clear_centres
 
 TEXTS = ["The quick brown fox.", "A man is playing a guitar.", "Paris is the capital of France.", "x"]
@@ -31,14 +31,14 @@ def test_calibration_texts_ship_with_the_package():
 
 @pytest.mark.parametrize(("method", "all_steps"), [("gircse", False), ("gircse", True), ("mean", False)])
 def test_the_centre_is_the_mean_unit_calibration_embedding(tiny, method, all_steps):
-    options = EncodeOptions.build(method=method, steps=3)
+    options = EmbedSettings.build(method=method, steps=3)
     raw, _ = encode_texts(tiny, list(calibration_texts()), options, instruction=INSTRUCTION, return_all_steps=all_steps)
     expected = torch.nn.functional.normalize(raw, dim=-1).mean(dim=0)
     got = centre(tiny, options, INSTRUCTION, all_steps=all_steps)
     assert got.shape == ((3, tiny.model.config.hidden_size) if all_steps else (tiny.model.config.hidden_size,))
     torch.testing.assert_close(got, expected)
     # memoised per model and settings; the batch size is not a setting that changes embeddings
-    other_batch = EncodeOptions.build(method=method, steps=3, batch_size=5)
+    other_batch = EmbedSettings.build(method=method, steps=3, batch_size=5)
     assert centre(tiny, other_batch, INSTRUCTION, all_steps=all_steps) is got
     assert not torch.allclose(centre(tiny, options, "", all_steps=all_steps), got)  # an instruction has its own
     clear_centres(tiny)
@@ -56,7 +56,7 @@ def test_the_calibration_set_centred_has_mean_zero(tiny_model):
 @pytest.mark.parametrize("method", ["gircse", "mean", "last", "grit"])
 def test_encode_subtracts_the_instruction_centre(tiny_model, method):
     raw = tiny_model.encode(TEXTS, instruction=INSTRUCTION, method=method, steps=3)
-    options = EncodeOptions.build(method=method, steps=3)
+    options = EmbedSettings.build(method=method, steps=3)
     shift = centre(tiny_model.backbone, options, INSTRUCTION).numpy()
     got = tiny_model.encode(TEXTS, instruction=INSTRUCTION, method=method, steps=3, center=True)
     np.testing.assert_allclose(got, _unit(raw - shift), atol=1e-5)
@@ -75,7 +75,7 @@ def test_every_step_of_a_sweep_is_centred_like_a_separate_run(tiny_model):
 def test_adaptive_steps_are_centred(tiny_model):
     got, used = tiny_model.encode(TEXTS, steps="auto", max_steps=4, center=True, return_steps_used=True)
     raw = tiny_model.encode(TEXTS, steps="auto", max_steps=4)
-    shift = centre(tiny_model.backbone, EncodeOptions.build(steps="auto", max_steps=4), "").numpy()
+    shift = centre(tiny_model.backbone, EmbedSettings.build(steps="auto", max_steps=4), "").numpy()
     np.testing.assert_allclose(got, _unit(raw - shift), atol=1e-5)
     assert used.shape == (len(TEXTS),)
 
@@ -147,7 +147,7 @@ def test_corpus_encoding_centres_like_the_model(tiny_model, tmp_path):
 
     path = tmp_path / "docs.jsonl"
     path.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(TEXTS)), "utf-8")
-    options = EncodeOptions.build(steps=2)
+    options = EmbedSettings.build(steps=2)
     encode_corpus(tiny_model.backbone, path, tmp_path / "out", options, center=True, show_progress_bar=False)
     _, embeddings = load_corpus_embeddings(tmp_path / "out")
     np.testing.assert_allclose(embeddings, tiny_model.encode(TEXTS, steps=2, center=True), atol=1e-5)

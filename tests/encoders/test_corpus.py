@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from genembed.encoders import EncodeOptions, encode_texts
+from genembed.encoders import EmbedSettings, encode_texts
 from genembed.encoders import corpus as corpus_mod
 from genembed.encoders.corpus import encode_corpus, load_corpus_embeddings, read_records
 
@@ -52,7 +52,7 @@ def _texts(rows: list[dict]) -> list[str]:
     return [f"{r['title']} {r['text']}" if r.get("title") else r["text"] for r in rows]
 
 
-OPTIONS = EncodeOptions.build(method="gircse", steps=2, batch_size=4)
+OPTIONS = EmbedSettings.build(method="gircse", steps=2, batch_size=4)
 
 
 def test_shards_hold_the_normalized_embeddings_and_ids_in_input_order(tiny, tmp_path):
@@ -106,7 +106,7 @@ def test_resumes_after_an_interruption_without_redoing_finished_shards(tiny, tmp
 def test_other_settings_are_refused_unless_overwrite(tiny, tmp_path):
     _write_corpus(tmp_path / "c.jsonl", 6)
     encode_corpus(tiny, tmp_path / "c.jsonl", tmp_path / "out", OPTIONS, shard_size=4, show_progress_bar=False)
-    other = EncodeOptions.build(method="gircse", steps=3)
+    other = EmbedSettings.build(method="gircse", steps=3)
     with pytest.raises(ValueError, match="steps differ"):
         encode_corpus(tiny, tmp_path / "c.jsonl", tmp_path / "out", other, shard_size=4, show_progress_bar=False)
     redone = encode_corpus(

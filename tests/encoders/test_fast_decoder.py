@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from genembed.backbone import Backbone
-from genembed.encoders import EncodeOptions, collate, encode_prompts, encode_texts
+from genembed.encoders import EmbedSettings, collate, encode_prompts, encode_texts
 from genembed.encoders import fast_decoder as fast_mod
 from genembed.encoders.fast_decoder import FastDecoder, right_pad
 
@@ -59,9 +59,9 @@ def _other_architecture(tiny: Backbone, arch: str) -> Backbone:
 
 def _both_paths(backbone: Backbone, settings: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     kwargs = {"batch_size": 3, **settings}
-    fast, steps_fast = encode_texts(backbone, TEXTS, EncodeOptions.build(**kwargs), instruction="Retrieve it.")
+    fast, steps_fast = encode_texts(backbone, TEXTS, EmbedSettings.build(**kwargs), instruction="Retrieve it.")
     ref, steps_ref = encode_texts(
-        backbone, TEXTS, EncodeOptions.build(**kwargs, fast_path=False), instruction="Retrieve it."
+        backbone, TEXTS, EmbedSettings.build(**kwargs, fast_path=False), instruction="Retrieve it."
     )
     if steps_fast is not None:
         assert torch.equal(steps_fast, steps_ref)
@@ -105,8 +105,8 @@ def test_lora_layers_run_as_merged_linears_kept_until_a_weight_changes(tiny, mon
         fast, ref, _ = _both_paths(adapted, settings)
         torch.testing.assert_close(fast, ref, atol=2e-5, rtol=1e-5)
         with model.disable_adapter():
-            base, _ = encode_texts(adapted, TEXTS, EncodeOptions.build(**settings))
-            base_ref, _ = encode_texts(adapted, TEXTS, EncodeOptions.build(**settings, fast_path=False))
+            base, _ = encode_texts(adapted, TEXTS, EmbedSettings.build(**settings))
+            base_ref, _ = encode_texts(adapted, TEXTS, EmbedSettings.build(**settings, fast_path=False))
         torch.testing.assert_close(base, base_ref, atol=2e-5, rtol=1e-5)
         assert (base - fast).abs().max() > 1e-2  # the adapter was applied
     lora_layers = 4 * len(model.base_model.model.model.layers)

@@ -50,3 +50,19 @@ def test_collate_left_pads_and_marks_text(tiny):
     assert batch.attention_mask[0].tolist() == [0] * pad + [1] * len(short.ids)
     assert batch.text_mask[0].sum() == short.text_end - short.text_start
     assert batch.text_mask[0, : pad + short.text_start].sum() == 0
+
+
+def test_split_around_renders_a_user_turn_or_the_plain_ending(tiny):
+    from genembed.encoders.prompts import SENTINEL, split_around
+
+    before, after = split_around(tiny.tokenizer, f"Doc: {SENTINEL} end")
+    assert before == "<|im_start|>user\nDoc: " and after == " end<|im_end|>\n<|im_start|>assistant\n"
+    before, _ = split_around(tiny.tokenizer, f"Doc: {SENTINEL}", system_turn=True)
+    assert before == "<|im_start|>system\n<|im_end|>\n<|im_start|>user\nDoc: "
+
+    class NoTemplate:
+        chat_template = None
+
+    assert split_around(NoTemplate(), f"Q: {SENTINEL}!", plain_end="\nA:") == ("Q: ", "!\nA:")
+    with pytest.raises(ValueError, match="needs a tokenizer with a chat template"):
+        split_around(NoTemplate(), SENTINEL)

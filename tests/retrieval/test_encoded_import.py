@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from genembed.encoders import EncodeOptions
+from genembed.encoders import EmbedSettings
 from genembed.encoders.corpus import encode_corpus, load_corpus_embeddings
 from genembed.retrieval.encoded_import import import_encoded
 from genembed.retrieval.milvus_store import MilvusIndex, chunk_key
@@ -22,7 +22,7 @@ INSTRUCTION = "Find the passage."
 @pytest.fixture
 def encoded(tiny_model, tmp_path):
     corpus = write_jsonl(tmp_path / "corpus.jsonl", DOCS + MORE)
-    options = EncodeOptions.build(method="mean", max_length=64)
+    options = EmbedSettings.build(method="mean", max_length=64)
     encode_corpus(
         tiny_model.backbone,
         corpus,

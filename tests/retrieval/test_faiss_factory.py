@@ -6,8 +6,8 @@ import faiss
 import numpy as np
 import pytest
 
+from genembed.encoders.settings import EmbedSettings
 from genembed.retrieval import index_build
-from genembed.retrieval.embed_kv import EmbedConfig
 from genembed.retrieval.faiss_factory import (
     add_blocks,
     apply_search_params,
@@ -18,7 +18,7 @@ from genembed.retrieval.faiss_factory import (
 from genembed.retrieval.index import Index
 from genembed.retrieval.index_build import add_to_index, build_index
 
-SMALL = {"chunk_tokens": 12, "overlap": 3, "show_progress_bar": False, "config": EmbedConfig(method="mean")}
+SMALL = {"chunk_tokens": 12, "overlap": 3, "show_progress_bar": False, "config": EmbedSettings(method="mean")}
 
 
 def _unit(rng, n, d=16):

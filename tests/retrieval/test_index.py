@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import torch
 
+from genembed.encoders.settings import EmbedSettings
 from genembed.retrieval import index_build
-from genembed.retrieval.embed_kv import EmbedConfig, encode_with_kv
+from genembed.retrieval.embed_kv import encode_with_kv
 from genembed.retrieval.errors import IndexCorruptedError, IndexIncompleteError, IndexVersionError
 from genembed.retrieval.index import MANIFEST, Index
 from genembed.retrieval.index_build import add_to_index, build_index
@@ -33,7 +34,7 @@ def _generation_states(model, index, row):
 )
 def test_index_embeddings_and_kv_match_the_model(tiny_model, method, kwargs):
     texts = ["Paris is the capital of France.", "A man is playing a guitar.", "ok"]
-    config = EmbedConfig(method=method, **kwargs)
+    config = EmbedSettings(method=method, **kwargs)
     out = encode_with_kv(tiny_model.backbone, texts, config, kind="query", batch_size=2)
     encode_kwargs = {k: v for k, v in kwargs.items() if k in ("steps", "attention")}
     expected = tiny_model.encode_query(texts, method=method, **encode_kwargs)
@@ -42,7 +43,7 @@ def test_index_embeddings_and_kv_match_the_model(tiny_model, method, kwargs):
     from genembed.retrieval.kv_ops import encode_segment
 
     for ids, (keys, values) in zip(out.ids, out.kv, strict=True):
-        ref_k, ref_v = encode_segment(tiny_model.backbone.model, ids, attention=config.segment_attention)
+        ref_k, ref_v = encode_segment(tiny_model.backbone.model, ids, attention=config.attention)
         torch.testing.assert_close(keys, ref_k, atol=1e-5, rtol=1e-4)
         torch.testing.assert_close(values, ref_v, atol=1e-5, rtol=1e-4)
 

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import torch
 
+from genembed.encoders.settings import EmbedSettings
 from genembed.retrieval import milvus_build
-from genembed.retrieval.embed_kv import EmbedConfig, encode_with_kv
+from genembed.retrieval.embed_kv import encode_with_kv
 from genembed.retrieval.errors import IndexIncompleteError
 from genembed.retrieval.index_build import add_to_index, build_index, generation_states
 from genembed.retrieval.milvus_store import PROGRESS_KEY, MilvusIndex, chunk_key
@@ -17,7 +18,7 @@ from genembed.retrieval.stores import open_index, parse_location
 
 from .conftest import DOCS, MORE, write_jsonl
 
-SMALL = {"chunk_tokens": 12, "overlap": 3, "show_progress_bar": False, "config": EmbedConfig(method="mean")}
+SMALL = {"chunk_tokens": 12, "overlap": 3, "show_progress_bar": False, "config": EmbedSettings(method="mean")}
 QUERIES = ["capital of France", "a man playing guitar", "the product broke"]
 
 

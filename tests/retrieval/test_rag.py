@@ -9,12 +9,12 @@ import torch
 
 from genembed.adapter_info import TrainedFor
 from genembed.backbone.attention import run_decoder
+from genembed.encoders.settings import EmbedSettings
 from genembed.generation.adapters import adapter_mode
 from genembed.generation.decoding import decode_stream
 from genembed.model import GenerativeEmbedder
 from genembed.retrieval import index_build, rag
 from genembed.retrieval.context import Context, Segment, assemble, fresh_input, mode_layout
-from genembed.retrieval.embed_kv import EmbedConfig
 from genembed.retrieval.index import MANIFEST, Index
 from genembed.retrieval.index_build import add_to_index, build_index
 from genembed.retrieval.kv_ops import cache_layers, encode_segment
@@ -31,7 +31,7 @@ FIRST_CACHED = [("doc", None), ("query", "query_first"), ("querydoc", None), ("d
 
 
 def _index(model, docs_file, tmp_path, method, **kwargs):
-    config = EmbedConfig(method=method, steps=3, max_length=64)
+    config = EmbedSettings(method=method, steps=3, max_length=64)
     kwargs = {"store_kv": True, "kv_dtype": "float32", **kwargs}
     return build_index(
         model,

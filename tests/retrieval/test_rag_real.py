@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from genembed.retrieval.embed_kv import EmbedConfig
+from genembed.encoders.settings import EmbedSettings
 from genembed.retrieval.index_build import build_index
 from genembed.retrieval.kv_ops import cache_layers, encode_segment
 from genembed.retrieval.rag import ask, build_context, retrieve
@@ -26,7 +26,7 @@ DOCS = [
 def real_index(real_model, tmp_path_factory):
     folder = tmp_path_factory.mktemp("rag")
     (folder / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in DOCS))
-    config = EmbedConfig(method="mean", max_length=128)
+    config = EmbedSettings(method="mean", max_length=128)
     return build_index(
         real_model, [folder / "docs.jsonl"], folder / "idx", config=config, store_kv=True, show_progress_bar=False
     )

@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 import torch
 
+from genembed.encoders.settings import EmbedSettings
 from genembed.training.data import ContrastiveRow, build_contrastive_batch, collate_generative, tokenize_chat
 from genembed.training.data.generative import GenerativeRow
-from genembed.training.forward import EmbedSettings, embed_batch, response_logits, running_means, tokenize_texts
+from genembed.training.forward import embed_batch, response_logits, running_means, tokenize_texts
 from genembed.training.lora import make_trainable
 from genembed.training.losses import ICRLoss, NextTokenLoss
 from genembed.training.objective import Objective

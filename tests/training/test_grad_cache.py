@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 import torch
 
+from genembed.encoders.settings import EmbedSettings
 from genembed.training import train
 from genembed.training.data import ContrastiveRow, build_contrastive_batch, collate_generative, tokenize_chat
 from genembed.training.data.generative import GenerativeRow
-from genembed.training.forward import EmbedSettings, embed_batch, tokenize_texts
+from genembed.training.forward import embed_batch, tokenize_texts
 from genembed.training.grad_cache import grad_cache_step, split_batch
 from genembed.training.lora import make_trainable
 from genembed.training.losses import ICRLoss, InfoNCE, NextTokenLoss, SimilarityDistillation

@@ -11,9 +11,10 @@ import yaml
 
 import genembed
 from genembed.backbone import Backbone
+from genembed.encoders.settings import EmbedSettings
 from genembed.training import ConfigError, DataError, train
 from genembed.training.data import ContrastiveStream, FileSpec
-from genembed.training.forward import EmbedSettings, tokenize_texts
+from genembed.training.forward import tokenize_texts
 from genembed.training.losses import ICRLoss
 from genembed.training.objective import Objective
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from genembed.encoders.embedder import EncodeOptions, encode_texts
+from genembed.encoders.embedder import encode_texts
+from genembed.encoders.settings import EmbedSettings
 from genembed.training.data import DataError, build_contrastive_batch, read_contrastive
 from genembed.training.mining import mine_negatives, normalize_text, select_negatives
 
@@ -20,7 +21,7 @@ CLASSES = {
     "anger": ["This makes me furious.", "I am so angry now.", "Stop yelling at me.", "That was outrageous."],
     "sadness": ["I miss my old friends.", "The news made me cry.", "I feel so lonely.", "It was a sad ending."],
 }
-OPTIONS = EncodeOptions.build(method="gircse", steps=2, batch_size=4)
+OPTIONS = EmbedSettings(method="gircse", steps=2, batch_size=4)
 
 
 def _write(path: Path, rows: list) -> Path:
@@ -54,7 +55,7 @@ def _read(path: Path) -> list[dict]:
 
 
 def _embed(model, texts: list[str], max_length: int) -> np.ndarray:
-    options = EncodeOptions(**{**vars(OPTIONS), "max_length": max_length})
+    options = OPTIONS.replace(max_length=max_length)
     vectors, _ = encode_texts(model.backbone, texts, options, instruction=INST)
     return torch.nn.functional.normalize(vectors, dim=-1).numpy()
 

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import torch
 
+from genembed.encoders.settings import EmbedSettings
 from genembed.training import ConfigError, train
 from genembed.training.data import ContrastiveStream, FileSpec
-from genembed.training.forward import EmbedSettings, tokenize_texts
+from genembed.training.forward import tokenize_texts
 from genembed.training.losses import ICRLoss, SimilarityDistillation
 from genembed.training.objective import Objective
 from genembed.training.teacher import BUNDLED_TEACHER, Teacher, teacher_folder

@@ -40,7 +40,7 @@ def test_defaults_and_yaml_with_overrides(tmp_path):
         ({"train": {"max_steps": 2.5}}, "train.max_steps must be int"),
         ({"train": {"max_steps": 0}}, "train.max_steps must be > 0"),
         ({"loss": {"reduction": "max"}}, "loss.reduction must be one of ['mean', 'sum']"),
-        ({"embedding": {"method": "bert"}}, "embedding.method must be one of ['gircse', 'grit', 'mean', 'last']"),
+        ({"embedding": {"method": "bert"}}, "embedding.method must be one of ['gircse', 'mean', 'last', 'grit']"),
         ({"embedding": {"method": "grit", "attention": "bidirectional"}}, "does not apply to grit"),
         (
             {"generative": {"aggregation": "batch"}},

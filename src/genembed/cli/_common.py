@@ -6,6 +6,14 @@ from typing import Annotated, Any
 
 import typer
 
+from genembed.encoders.methods import METHOD_RULES, METHODS
+
+# help texts built from the method table (genembed.encoders.methods)
+METHODS_HELP = f"{', '.join(METHODS[:-1])} or {METHODS[-1]}"
+FIXED_ATTENTION_HELP = ", ".join(
+    f"{r.name}: always {r.fixed_attention}" for r in METHOD_RULES.values() if r.fixed_attention
+)
+
 ModelOpt = Annotated[
     str | None, typer.Option("--model", "-m", help="HF folder, .gguf file or cached hub id (default: bundled SmolLM2)")
 ]

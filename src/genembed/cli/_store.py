@@ -6,6 +6,8 @@ from typing import Annotated, Any
 
 import typer
 
+from genembed.encoders.methods import method_rules
+
 WHERE_HELP = "index folder (faiss), milvus:FILE.db (embedded milvus-lite) or http(s)://HOST:PORT (a Milvus server)"
 
 CollectionOpt = Annotated[
@@ -75,12 +77,12 @@ def manifest_of(where: Any) -> dict[str, Any]:
 def settings_rows(index: Any) -> list[tuple[str, str]]:
     """The rows ``genembed index info`` shows for every store: model, embedding, chunking."""
     manifest, config = index.manifest, index.config
-    steps = f", K={config.steps}" if config.method == "gircse" else ""
+    steps = f", K={config.steps}" if method_rules(config.method).uses_steps else ""
     chunking = manifest.get("chunking")
     imported = f"imported from {manifest.get('imported_from')}"
     return [
         ("model", f"{manifest['model']['name']} (dim {index.dim})"),
-        ("embedding", f"{config.method}{steps}, {config.segment_attention} attention"),
+        ("embedding", f"{config.method}{steps}, {config.attention} attention"),
         ("chunking", f"{chunking['chunk_tokens']} tokens, overlap {chunking['overlap']}" if chunking else imported),
     ]
 

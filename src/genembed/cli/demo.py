@@ -13,6 +13,8 @@ from typing import Annotated
 
 import typer
 
+from genembed.encoders.instructions import DEFAULT_QUERY_INSTRUCTION
+
 from ._common import AdapterOpt, DeviceOpt, ModelOpt, load_model
 
 
@@ -66,7 +68,7 @@ def demo(
     console.print(table)
 
     t0 = time.perf_counter()
-    steps_info = loaded.inspect(queries[0], instruction="Given a query, retrieve relevant passages.", steps=steps)
+    steps_info = loaded.inspect(queries[0], instruction=DEFAULT_QUERY_INSTRUCTION, steps=steps)
     timings.append(("inspect one query", time.perf_counter() - t0, ""))
     tokens_table = Table(title=f"soft tokens of {queries[0]!r}: top tokens of p_k")
     tokens_table.add_column("k", justify="right")

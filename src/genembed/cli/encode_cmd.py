@@ -13,7 +13,9 @@ from typing import Annotated
 
 import typer
 
-from ._common import AdapterOpt, CenterOpt, DeviceOpt, DtypeOpt, ModelOpt, load_model
+from genembed.encoders.methods import DEFAULT_METHOD
+
+from ._common import METHODS_HELP, AdapterOpt, CenterOpt, DeviceOpt, DtypeOpt, ModelOpt, load_model
 
 
 def _fail(message: str) -> None:
@@ -28,7 +30,7 @@ def encode(
     adapter: AdapterOpt = None,
     dtype: DtypeOpt = "auto",
     center: CenterOpt = None,
-    method: Annotated[str, typer.Option("--method", help="gircse, mean, last or grit")] = "gircse",
+    method: Annotated[str, typer.Option("--method", help=METHODS_HELP)] = DEFAULT_METHOD,
     steps: Annotated[int, typer.Option("--steps", "-k", min=1, help="GIRCSE soft tokens K")] = 5,
     instruction: Annotated[str, typer.Option("--instruction", help="instruction for every text")] = "",
     attention: Annotated[str | None, typer.Option("--attention", help="causal or bidirectional")] = None,
@@ -47,19 +49,19 @@ def encode(
 ) -> None:
     """Embed every record of INPUT.jsonl into OUT/shard-*.npy (+ ids); see docs/performance.md."""
     from genembed._files import DamagedFileError
-    from genembed.encoders import EncodeOptions
+    from genembed.encoders import EmbedSettings
     from genembed.encoders.corpus import encode_corpus
 
     if not input_path.is_file():
         _fail(f"input file not found: {input_path}")
     try:  # check the settings before loading the model
-        options = EncodeOptions.build(
+        options = EmbedSettings.build(
             method=method, steps=steps, attention=attention, max_length=max_length, batch_size=batch_size
         )
     except ValueError as exc:
         _fail(str(exc))
     loaded = load_model(model, adapter, dtype, center, device)  # auto: cuda:LOCAL_RANK where there is CUDA
-    options = EncodeOptions.build(
+    options = EmbedSettings.build(
         method=method, steps=steps, attention=attention, max_length=max_length, batch_size=batch_size, tau=loaded.tau
     )
     try:

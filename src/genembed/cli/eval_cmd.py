@@ -44,6 +44,7 @@ def eval_tasks(
     center: CenterOpt = None,
 ) -> None:
     """Evaluate on task folders with exactly the metrics of the task format (all x100)."""
+    from genembed.encoders.methods import method_rules
     from genembed.eval import EmbeddingCache, GenembedEncoder, TaskFormatError, evaluate, find_task_dirs, load_task
 
     try:  # validate tasks and settings before loading the model
@@ -54,7 +55,7 @@ def eval_tasks(
     try:
         # without --method, a model is evaluated with its own settings (model.save records them)
         own = method is None
-        own_steps = loaded.steps if isinstance(loaded.steps, int) and loaded.method == "gircse" else None
+        own_steps = loaded.steps if isinstance(loaded.steps, int) and method_rules(loaded.method).uses_steps else None
         encoder = GenembedEncoder(
             loaded,
             method=loaded.method if own else method,

@@ -10,8 +10,19 @@ from typing import Annotated, Any
 
 import typer
 
+from genembed.encoders.methods import DEFAULT_METHOD
+
 from . import _store
-from ._common import AdapterOpt, CenterOpt, DeviceOpt, DtypeOpt, ModelOpt, load_model
+from ._common import (
+    FIXED_ATTENTION_HELP,
+    METHODS_HELP,
+    AdapterOpt,
+    CenterOpt,
+    DeviceOpt,
+    DtypeOpt,
+    ModelOpt,
+    load_model,
+)
 
 index_app = typer.Typer(
     help="Build, extend and inspect retrieval indexes (faiss folder or Milvus; chunk metadata; optional KV states).",
@@ -60,10 +71,10 @@ def build(
     chunk_tokens: Annotated[int, typer.Option("--chunk-tokens", min=1, help="document tokens per chunk")] = 256,
     overlap: Annotated[int, typer.Option("--overlap", min=0, help="tokens shared by consecutive chunks")] = 32,
     kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="KV storage: float32, float16 or bfloat16")] = "float16",
-    method: Annotated[str, typer.Option("--method", help="embedding method: gircse, mean, last or grit")] = "gircse",
+    method: Annotated[str, typer.Option("--method", help=f"embedding method: {METHODS_HELP}")] = DEFAULT_METHOD,
     steps: Annotated[int, typer.Option("--steps", "-k", min=1, help="GIRCSE soft tokens K")] = 5,
     attention: Annotated[
-        str, typer.Option("--attention", help="causal or bidirectional (grit: always bidi)")
+        str, typer.Option("--attention", help=f"causal or bidirectional ({FIXED_ATTENTION_HELP})")
     ] = "causal",
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="chunks per forward pass")] = 16,
     shard_size: ShardOpt = None,
@@ -81,7 +92,7 @@ def build(
     kv_dir: Annotated[Path | None, typer.Option("--kv-dir", help="Milvus: folder for KV states")] = None,
 ) -> None:
     """Chunk, embed and index SOURCES. Rerun the same command after an interruption to resume."""
-    from genembed.retrieval.embed_kv import EmbedConfig
+    from genembed.encoders.settings import EmbedSettings
     from genembed.retrieval.faiss_factory import parse_search_params
     from genembed.retrieval.index_build import build_index
     from genembed.retrieval.kv_store import resolve_kv_dtype
@@ -91,16 +102,17 @@ def build(
         resolve_kv_dtype(kv_dtype)
         if overlap >= chunk_tokens:
             raise ValueError(f"--overlap ({overlap}) must be smaller than --chunk-tokens ({chunk_tokens})")
-        attention = "bidirectional" if method == "grit" else attention
-        config = EmbedConfig(
+        from genembed.encoders.methods import method_rules
+
+        attention = method_rules(method).attention(attention)
+        config = EmbedSettings(
             method=method, steps=steps, attention=attention, max_length=chunk_tokens + 256
-        )  # room for title + template
-        config.options()
+        )  # room for title + template; checked when made
         store = {"index_params": parse_search_params(index_param), "search_params": parse_search_params(search_param)}
     except ValueError as exc:
         _fail(str(exc))
     loaded = load_model(model, adapter, dtype, center, device)
-    config = EmbedConfig(**{**config.to_dict(), "tau": loaded.tau, "center": loaded.center})
+    config = config.replace(tau=loaded.tau, center=loaded.center)
     try:
         index = build_index(
             loaded,

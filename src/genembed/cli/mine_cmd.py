@@ -58,7 +58,7 @@ def mine_negatives(
 ) -> None:
     """Set each row's negatives to the hardest texts of the files' pool that the model ranks (docs/training.md)."""
     from genembed._files import DamagedFileError
-    from genembed.encoders import EncodeOptions
+    from genembed.encoders.settings import EmbedSettings
     from genembed.training.mining import mine_negatives as mine
 
     for path in inputs:
@@ -66,7 +66,7 @@ def mine_negatives(
             _fail(f"input file not found: {path}")
     loaded = load_model(model, adapter, dtype, None, device)
     try:
-        options = EncodeOptions.build(
+        options = EmbedSettings.build(
             method=method or loaded.method,
             steps=steps or loaded.steps,
             attention=loaded.attention if method is None else None,

@@ -88,6 +88,7 @@ def serve(
     ] = None,
 ) -> None:
     """Serve one model: POST /v1/embeddings, /v1/chat/completions, /v1/rerank, /v2/rerank; /metrics; a page at /."""
+    from genembed.encoders.methods import DEFAULT_METHOD
     from genembed.serve import ServeSettings, create_app, run_server
     from genembed.serve.instructions import load_instructions
     from genembed.serve.server import is_loopback
@@ -96,7 +97,7 @@ def serve(
         settings = ServeSettings(
             model_id=model_id,
             api_key=api_key,
-            method=method or "gircse",  # checked here; a saved model's own method replaces it once loaded
+            method=method or DEFAULT_METHOD,  # checked here; a saved model's own method replaces it once loaded
             default_steps=steps or 5,
             max_steps=max_steps,
             max_inputs=max_inputs,

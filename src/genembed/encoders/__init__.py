@@ -1,43 +1,31 @@
-"""Encoders: prompts, batching, pooling, GIRCSE soft tokens and the ``encode`` orchestration."""
+"""Encoders: the method rules, prompts, batching, pooling, GIRCSE soft tokens and the ``encode``
+orchestration.
+
+Importing the package does no work (the CLI reads :mod:`genembed.encoders.methods` for its help
+without loading torch); names load from their modules on first use.
+"""
 
 from __future__ import annotations
 
-from .batching import Batch, collate, length_sorted_batches
-from .embedder import METHODS, EncodeOptions, encode_texts, to_output, validate_texts
-from .inspect_tokens import SoftTokenStep, inspect_soft_tokens
-from .instructions import DEFAULT_QUERY_INSTRUCTION, default_prompts, resolve_instruction
-from .pooling import last_token_pool, masked_mean
-from .prompts import PROMPT_FORMATS, EncodedPrompt, encode_prompts, prompt_spans
-from .quantize import PRECISIONS, quantize_embeddings
-from .similarity import SIMILARITY_FUNCTIONS, similarity, similarity_pairwise
-from .soft_tokens import SoftTokenOutput, generate_soft_tokens, output_head
+from .._lazy import lazy_names
 
-__all__ = [
-    "DEFAULT_QUERY_INSTRUCTION",
-    "METHODS",
-    "PRECISIONS",
-    "PROMPT_FORMATS",
-    "SIMILARITY_FUNCTIONS",
-    "Batch",
-    "EncodeOptions",
-    "EncodedPrompt",
-    "SoftTokenOutput",
-    "SoftTokenStep",
-    "collate",
-    "default_prompts",
-    "encode_prompts",
-    "encode_texts",
-    "generate_soft_tokens",
-    "inspect_soft_tokens",
-    "last_token_pool",
-    "length_sorted_batches",
-    "masked_mean",
-    "output_head",
-    "prompt_spans",
-    "quantize_embeddings",
-    "resolve_instruction",
-    "similarity",
-    "similarity_pairwise",
-    "to_output",
-    "validate_texts",
-]
+_MODULES = {  # submodule -> the names it exports here
+    "batching": ("Batch", "collate", "length_sorted_batches"),
+    "core": ("BatchEmbeddings", "embed_prepared"),
+    "embedder": ("encode_texts", "to_output", "validate_texts"),
+    "inspect_tokens": ("SoftTokenStep", "inspect_soft_tokens"),
+    "instructions": ("DEFAULT_QUERY_INSTRUCTION", "default_prompts", "resolve_instruction"),
+    "methods": ("DEFAULT_METHOD", "METHODS", "METHOD_RULES", "MethodRules", "method_rules"),
+    "pooling": ("last_token_pool", "masked_mean"),
+    "prompts": ("EncodedPrompt", "PROMPT_FORMATS", "encode_prompts", "prompt_spans"),
+    "quantize": ("PRECISIONS", "quantize_embeddings"),
+    "settings": ("EmbedSettings",),
+    "similarity": ("SIMILARITY_FUNCTIONS", "similarity", "similarity_pairwise"),
+    "soft_tokens": ("SoftTokenOutput", "generate_soft_tokens", "output_head"),
+}
+_LAZY = {name: module for module, names in _MODULES.items() for name in names}
+
+__all__ = sorted(_LAZY)
+
+
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)

@@ -20,7 +20,6 @@ embeddings and centres on lookup, so this module is left out of the cache's code
 
 from __future__ import annotations
 
-import dataclasses
 import weakref
 from functools import lru_cache
 from importlib.resources import files
@@ -28,7 +27,8 @@ from typing import Any
 
 import torch
 
-from .embedder import EncodeOptions, encode_texts
+from .embedder import encode_texts
+from .settings import EMBEDDING_FIELDS, EmbedSettings
 
 __all__ = ["apply_centre", "calibration_texts", "centre", "clear_centres"]
 
@@ -45,14 +45,13 @@ def calibration_texts() -> tuple[str, ...]:
     return tuple(line.strip() for line in text.splitlines() if line.strip())
 
 
-def centre(backbone: Any, options: EncodeOptions, instruction: str, *, all_steps: bool = False) -> torch.Tensor:
+def centre(backbone: Any, options: EmbedSettings, instruction: str, *, all_steps: bool = False) -> torch.Tensor:
     """The centre for embeddings made with ``options`` and ``instruction``.
 
     Returns the mean of the calibration texts' L2-normalised embeddings: ``(D,)``, or ``(K, D)``, one
     centre per step, with ``all_steps`` (GIRCSE ``return_all_steps``).
     """
-    settings = dataclasses.replace(options, batch_size=0)  # batch size does not change an embedding
-    key = (instruction, all_steps, *dataclasses.astuple(settings))
+    key = (instruction, all_steps, *(getattr(options, name) for name in EMBEDDING_FIELDS))
     memo = _MEMO.setdefault(backbone.model, {})
     if key not in memo:
         embeddings, _ = encode_texts(

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,8 @@ from .._files import (
     require_field,
 )
 from .centering import apply_centre, centre
-from .embedder import EncodeOptions, encode_texts
+from .embedder import encode_texts
+from .settings import EMBEDDING_FIELDS, EmbedSettings
 
 __all__ = [
     "CorpusResult",
@@ -144,7 +145,7 @@ def encode_corpus(
     backbone: Any,
     input_path: str | os.PathLike,
     out_dir: str | os.PathLike,
-    options: EncodeOptions,
+    options: EmbedSettings,
     *,
     instruction: str = "",
     normalize: bool = True,
@@ -163,7 +164,7 @@ def encode_corpus(
         backbone: a loaded :class:`~genembed.backbone.loading.Backbone` (``genembed.load().backbone``).
         input_path: a JSON-lines file (see :func:`read_records` for the record format).
         out_dir: the output folder (created if needed).
-        options: how to encode (:meth:`EncodeOptions.build`).
+        options: how to encode (:meth:`EmbedSettings.build`).
         instruction: the instruction for every record ("" for none, as documents usually are).
         normalize: L2-normalize the embeddings.
         center: subtract the instruction's centre (:mod:`genembed.encoders.centering`), as
@@ -209,7 +210,7 @@ def _encode_shards(
     backbone: Any,
     input_path: Path,
     out_dir: Path,
-    options: EncodeOptions,
+    options: EmbedSettings,
     *,
     rank: int,
     world: int,
@@ -228,7 +229,7 @@ def _encode_shards(
     n_shards = -(-total // shard_size)
     config = {
         "model": model_name,
-        **{k: v for k, v in asdict(options).items() if k not in ("batch_size", "fast_path")},
+        **{name: getattr(options, name) for name in EMBEDDING_FIELDS},
         "instruction": instruction,
         "normalize": normalize,
         **({"center": True} if center else {}),  # absent when off, so older folders still resume

@@ -1,12 +1,7 @@
 """``encode``: texts in, embeddings out, for every method genembed offers.
 
-Methods:
-- ``gircse``: K soft tokens generated after the prompt; ``z_K`` = mean of their hidden states.
-- ``mean``: one pass, mean of the text tokens' last hidden states (instruction tokens are attended
-  to but not pooled).
-- ``last``: one pass, the last token's hidden state (with ``chat`` prompts, the token before the
-  assistant's reply).
-- ``grit``: GRIT's embedding mode: ``mean`` with bidirectional attention.
+The methods and their rules are in :mod:`genembed.encoders.methods`; each batch is embedded by
+:func:`genembed.encoders.core.embed_prepared`.
 
 Texts are sorted by length into batches and the input order restored; every batch is left-padded
 with explicit position ids, so an embedding does not depend on its batch mates.
@@ -14,94 +9,20 @@ with explicit position ids, so an embedding does not depend on its batch mates.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..backbone.attention import check_attention, run_decoder
-from .batching import collate, length_sorted_batches
+from .batching import Batch, collate, length_sorted_batches
+from .core import BatchEmbeddings, embed_prepared
 from .fast_decoder import FastDecoder
-from .pooling import last_token_pool, masked_mean, running_means
-from .prompts import PROMPT_FORMATS, encode_prompts
+from .prompts import EncodedPrompt
 from .quantize import quantize_embeddings
-from .soft_tokens import generate_soft_tokens
+from .settings import EmbedSettings
 
-__all__ = ["METHODS", "EncodeOptions", "encode_texts", "validate_texts"]
-
-METHODS = ("gircse", "mean", "last", "grit")
-_DEFAULT_PROMPT = {"gircse": "chat", "mean": "plain", "last": "plain", "grit": "plain"}
-
-
-@dataclass
-class EncodeOptions:
-    """Validated encoding settings (see :meth:`genembed.GenerativeEmbedder.encode`)."""
-
-    method: str = "gircse"
-    steps: int = 5
-    adaptive: bool = False
-    stop_tol: float = 0.999
-    attention: str = "causal"
-    prompt_format: str = "chat"
-    tau: float = 1.0
-    max_length: int = 512
-    batch_size: int = 32
-    use_cache: bool = True
-    fast_path: bool = True  # the CPU inference fast path where it applies (genembed.encoders.fast_decoder)
-
-    @classmethod
-    def build(
-        cls,
-        *,
-        method: str = "gircse",
-        steps: int | str = 5,
-        max_steps: int = 20,
-        stop_tol: float = 0.999,
-        attention: str | None = None,
-        prompt_format: str | None = None,
-        tau: float = 1.0,
-        max_length: int = 512,
-        batch_size: int = 32,
-        use_cache: bool = True,
-        fast_path: bool = True,
-    ) -> EncodeOptions:
-        if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-        if method == "grit":
-            if attention not in (None, "bidirectional"):
-                raise ValueError("method 'grit' always uses bidirectional attention")
-            attention = "bidirectional"
-        attention = attention or "causal"
-        check_attention(attention)
-        prompt_format = prompt_format or _DEFAULT_PROMPT[method]
-        if prompt_format not in PROMPT_FORMATS:
-            raise ValueError(f"prompt_format must be one of {PROMPT_FORMATS}, got {prompt_format!r}")
-        adaptive = steps == "auto"
-        if adaptive:
-            steps = max_steps
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-            raise ValueError(f"steps must be a positive int or 'auto', got {steps!r}")
-        if not 0.0 < stop_tol < 1.0:
-            raise ValueError(f"stop_tol must be in (0, 1), got {stop_tol}")
-        if max_length < 1 or batch_size < 1:
-            raise ValueError(f"max_length and batch_size must be >= 1, got {max_length} and {batch_size}")
-        if tau <= 0:
-            raise ValueError(f"tau must be > 0, got {tau}")
-        return cls(
-            method,
-            steps,
-            adaptive,
-            stop_tol,
-            attention,
-            prompt_format,
-            tau,
-            max_length,
-            batch_size,
-            use_cache,
-            fast_path,
-        )
+__all__ = ["embed_prompts", "encode_texts", "to_output", "validate_texts"]
 
 
 def validate_texts(texts: Any) -> tuple[list[str], bool]:
@@ -121,7 +42,7 @@ def validate_texts(texts: Any) -> tuple[list[str], bool]:
 def encode_texts(
     backbone: Any,
     texts: list[str],
-    options: EncodeOptions,
+    options: EmbedSettings,
     *,
     instruction: str = "",
     return_all_steps: bool = False,
@@ -129,85 +50,63 @@ def encode_texts(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Encode texts; return un-normalized embeddings ``(n, D)`` (or ``(n, K, D)`` with
     ``return_all_steps``) in input order, and for adaptive GIRCSE the steps used per text."""
-    model, tokenizer = backbone.model, backbone.tokenizer
+    # (no texts: no check that max_length leaves room for them)
+    prompts = options.prompts(backbone.tokenizer, texts, instruction) if texts else []
+    return embed_prompts(backbone, prompts, options, return_all_steps=return_all_steps, progress=show_progress_bar)
+
+
+BatchCallback = Callable[[list[int], Batch, BatchEmbeddings], None]
+
+
+@torch.inference_mode()
+def embed_prompts(
+    backbone: Any,
+    prompts: list[EncodedPrompt],
+    options: EmbedSettings,
+    *,
+    return_all_steps: bool = False,
+    keep_kv: bool = False,
+    on_batch: BatchCallback | None = None,
+    progress: bool | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Embed tokenized prompts in length-sorted batches; results as :func:`encode_texts` gives them.
+
+    Args:
+        backbone: a :class:`~genembed.backbone.loading.Backbone`.
+        prompts: from :func:`~genembed.encoders.prompts.encode_prompts`.
+        options: how to embed (``options.batch_size`` prompts per pass).
+        return_all_steps: ``(n, K, D)`` embeddings ``z_1..z_K``.
+        keep_kv: keep each batch's KV cache for ``on_batch`` (the transformers path, not the fast path).
+        on_batch: called with each batch's prompt indices, the batch and its :class:`BatchEmbeddings`.
+        progress: show a progress bar (None: for more than 8 batches).
+    """
+    model = backbone.model
     device = next(model.parameters()).device
-    dim = model.config.hidden_size if hasattr(model, "config") else None
-    steps = options.steps if options.method == "gircse" else 1
-    if not texts:
-        shape = (0, steps, dim) if return_all_steps else (0, dim)
-        return torch.zeros(shape), None
-    prompts = encode_prompts(
-        tokenizer,
-        texts,
-        instruction=instruction,
-        prompt_format=options.prompt_format,
-        max_length=options.max_length,
-    )
+    steps = options.rules.steps(options.steps)
+    if not prompts:
+        dim = model.config.hidden_size if hasattr(model, "config") else None
+        return torch.zeros((0, steps, dim) if return_all_steps else (0, dim)), None
     batches = length_sorted_batches([len(p.ids) for p in prompts], options.batch_size)
-    results: list[torch.Tensor | None] = [None] * len(texts)
-    used: list[int] = [steps] * len(texts)
-    if show_progress_bar is None:
-        show_progress_bar = len(batches) > 8
-    fast = FastDecoder.build(model) if options.fast_path and options.use_cache else None
+    results: list[torch.Tensor | None] = [None] * len(prompts)
+    used: list[int] = [steps] * len(prompts)
+    fast = FastDecoder.build(model) if options.fast_path and options.use_cache and not keep_kv else None
     from tqdm.auto import tqdm
 
-    with tqdm(total=len(texts), desc=f"encode ({options.method})", disable=not show_progress_bar, unit="text") as bar:
+    disable = not (len(batches) > 8 if progress is None else progress)
+    with tqdm(total=len(prompts), desc=f"encode ({options.method})", disable=disable, unit="text") as bar:
         for indices in batches:
-            batch = collate([prompts[i] for i in indices], tokenizer.pad_token_id).to(device)
-            vectors, steps_used = _encode_batch(model, batch, options, return_all_steps, fast)
+            batch = collate([prompts[i] for i in indices], backbone.tokenizer.pad_token_id).to(device)
+            out = embed_prepared(model, batch, options, keep_kv=keep_kv, fast=fast)
+            vectors = out.steps if return_all_steps else out.final
             for row, i in enumerate(indices):
                 results[i] = vectors[row].float().cpu()
-                if steps_used is not None:
-                    used[i] = int(steps_used[row])
+                if out.steps_used is not None:
+                    used[i] = int(out.steps_used[row])
+            if on_batch is not None:
+                on_batch(indices, batch, out)
             bar.update(len(indices))
     stacked = torch.stack(results)  # type: ignore[arg-type]
     return stacked, (torch.tensor(used) if options.adaptive else None)
-
-
-def _encode_batch(
-    model: Any, batch: Any, options: EncodeOptions, return_all_steps: bool, fast: FastDecoder | None = None
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    causal = options.attention == "causal"
-    stop_tol = options.stop_tol if options.adaptive else None
-    if options.method == "gircse":
-        if fast is not None:
-            out = fast.soft_tokens(
-                batch.input_ids,
-                batch.attention_mask,
-                steps=options.steps,
-                tau=options.tau,
-                causal=causal,
-                stop_tol=stop_tol,
-            )
-        else:
-            out = generate_soft_tokens(
-                model,
-                batch.input_ids,
-                batch.attention_mask,
-                steps=options.steps,
-                tau=options.tau,
-                attention=options.attention,
-                use_cache=options.use_cache,
-                stop_tol=stop_tol,
-            )
-        z = running_means(out.hidden)  # (B, K, D)
-        if return_all_steps:
-            return z, out.steps_used
-        if options.adaptive:
-            return z[torch.arange(z.shape[0]), out.steps_used - 1], out.steps_used
-        return z[:, -1], None
-    if fast is not None:
-        hidden, lengths, text_mask = fast.hidden_states(
-            batch.input_ids, batch.attention_mask, batch.text_mask, causal=causal
-        )
-        last = hidden[torch.arange(hidden.shape[0]), lengths - 1]
-    else:
-        hidden = run_decoder(
-            model, input_ids=batch.input_ids, attention_mask=batch.attention_mask, attention=options.attention
-        ).last_hidden_state
-        text_mask, last = batch.text_mask, last_token_pool(hidden)
-    pooled = last if options.method == "last" else masked_mean(hidden, text_mask)
-    return (pooled[:, None] if return_all_steps else pooled), None
 
 
 def to_output(

@@ -8,8 +8,8 @@ from typing import Any
 import torch
 
 from .batching import collate
-from .embedder import EncodeOptions
 from .prompts import encode_prompts
+from .settings import EmbedSettings
 from .soft_tokens import generate_soft_tokens
 
 __all__ = ["SoftTokenStep", "inspect_soft_tokens"]
@@ -25,7 +25,7 @@ class SoftTokenStep:
 
 @torch.inference_mode()
 def inspect_soft_tokens(
-    backbone: Any, text: str, options: EncodeOptions, *, instruction: str = "", top: int = 8
+    backbone: Any, text: str, options: EmbedSettings, *, instruction: str = "", top: int = 8
 ) -> list[SoftTokenStep]:
     """Per step, the ``top`` most probable tokens of ``p_k`` for one text."""
     if not isinstance(text, str):

@@ -12,9 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["DEFAULT_QUERY_INSTRUCTION", "check_prompts", "default_prompts", "resolve_instruction"]
+__all__ = [
+    "DEFAULT_QUERY_INSTRUCTION",
+    "DEFAULT_RERANK_INSTRUCTION",
+    "check_prompts",
+    "default_prompts",
+    "resolve_instruction",
+]
 
+# The default instructions, written here only. Queries: what the shipped adapter was trained with, and
+# query-likelihood reranking's task description; yes/no reranking: its question's preamble.
 DEFAULT_QUERY_INSTRUCTION = "Given a query, retrieve relevant passages."
+DEFAULT_RERANK_INSTRUCTION = "Judge whether the document is relevant to the query."
 
 
 def default_prompts() -> dict[str, str | None]:

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-__all__ = ["PROMPT_FORMATS", "EncodedPrompt", "encode_prompts", "prompt_spans"]
+__all__ = ["PROMPT_FORMATS", "SENTINEL", "EncodedPrompt", "encode_prompts", "prompt_spans", "split_around", "split_ids"]
 
 PROMPT_FORMATS = ("plain", "chat")
-_SENTINEL = "\u2063GENEMBED_TEXT\u2063"
+SENTINEL = "\u2063GENEMBED_TEXT\u2063"  # stands for the text while a template is rendered around it
 
 
 @dataclass(frozen=True)
@@ -47,24 +47,53 @@ def prompt_spans(tokenizer: Any, instruction: str, prompt_format: str) -> tuple[
     if prompt_format == "chat":
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError("prompt format 'chat' needs a tokenizer with a chat template; use 'plain'")
-        content = f"{instruction}\n{_SENTINEL}" if instruction else _SENTINEL
-        user = [{"role": "user", "content": content}]
-        try:  # an empty system turn keeps templates from inserting a long default system prompt
-            rendered = tokenizer.apply_chat_template(
-                [{"role": "system", "content": ""}, *user], tokenize=False, add_generation_prompt=True
-            )
-        except Exception:  # templates without a system role
-            rendered = tokenizer.apply_chat_template(user, tokenize=False, add_generation_prompt=True)
-        prefix, _, suffix = rendered.partition(_SENTINEL)
-        return prefix, suffix
+        content = f"{instruction}\n{SENTINEL}" if instruction else SENTINEL
+        return split_around(tokenizer, content, system_turn=True)
     raise ValueError(f"prompt format must be one of {PROMPT_FORMATS}, got {prompt_format!r}")
+
+
+def split_around(
+    tokenizer: Any, content: str, *, system_turn: bool = False, plain_end: str | None = None
+) -> tuple[str, str]:
+    """The prompt text before and after :data:`SENTINEL`, which ``content`` holds once, when ``content`` is
+    the user turn of the tokenizer's chat template followed by the assistant's generation prompt.
+
+    Args:
+        tokenizer: a tokenizer, usually with a chat template.
+        content: the user turn, holding :data:`SENTINEL` where the text (or document) goes.
+        system_turn: open with an empty system turn, which keeps templates from inserting a long default
+            system prompt (templates without a system role get none).
+        plain_end: without a chat template the prompt is ``content + plain_end``; None: a ValueError.
+    """
+    if getattr(tokenizer, "chat_template", None):
+        user = [{"role": "user", "content": content}]
+        rendered = None
+        if system_turn:
+            try:
+                messages = [{"role": "system", "content": ""}, *user]
+                rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            except Exception:  # templates without a system role
+                rendered = None
+        if rendered is None:
+            rendered = tokenizer.apply_chat_template(user, tokenize=False, add_generation_prompt=True)
+    elif plain_end is not None:
+        rendered = content + plain_end
+    else:
+        raise ValueError("this prompt needs a tokenizer with a chat template")
+    before, _, after = rendered.partition(SENTINEL)
+    return before, after
+
+
+def split_ids(tokenizer: Any, before: str, after: str) -> tuple[list[int], list[int]]:
+    """Token ids of the two parts of a prompt around its text (each tokenized alone, no special tokens)."""
+    ids = tokenizer([before, after], add_special_tokens=False)["input_ids"]
+    return list(ids[0]), list(ids[1])
 
 
 @lru_cache(maxsize=256)
 def _span_ids(tokenizer: Any, instruction: str, prompt_format: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    prefix, suffix = prompt_spans(tokenizer, instruction, prompt_format)
-    ids = tokenizer([prefix, suffix], add_special_tokens=False)["input_ids"]
-    return tuple(ids[0]), tuple(ids[1])
+    prefix, suffix = split_ids(tokenizer, *prompt_spans(tokenizer, instruction, prompt_format))
+    return tuple(prefix), tuple(suffix)
 
 
 def encode_prompts(

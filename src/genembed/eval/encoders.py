@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from ..encoders.embedder import EncodeOptions
+from ..encoders.methods import DEFAULT_METHOD, SOFT_TOKEN_METHOD, method_rules
+from ..encoders.settings import EmbedSettings
 from ._fingerprint import code_fingerprint, digest, folder_fingerprint, tensors_fingerprint
 
 __all__ = ["GenembedEncoder", "SentenceTransformerEncoder", "parse_steps"]
@@ -33,7 +34,7 @@ def parse_steps(steps: int | str | Sequence[int]) -> tuple[int, ...]:
 class GenembedEncoder:
     """A :class:`genembed.GenerativeEmbedder` with fixed encoding settings.
 
-    With ``method="gircse"`` it is a sweep encoder: one run with ``K = max(steps)`` gives ``z_k``
+    With a soft-token method (GIRCSE) it is a sweep encoder: one run with ``K = max(steps)`` gives ``z_k``
     for every requested ``k`` (``return_all_steps``), so a test-time-scaling sweep costs one run.
 
     Args:
@@ -50,7 +51,7 @@ class GenembedEncoder:
         self,
         model: Any,
         *,
-        method: str = "gircse",
+        method: str = DEFAULT_METHOD,
         steps: int | str | Sequence[int] | None = None,
         attention: str | None = None,
         prompt_format: str | None = None,
@@ -60,11 +61,11 @@ class GenembedEncoder:
     ):
         self.model = model
         self.center = bool(getattr(model, "center", False)) if center is None else center
-        if method != "gircse" and steps is not None:
-            raise ValueError(f"steps apply only to method 'gircse', not {method!r}")
+        if not method_rules(method).uses_steps and steps is not None:
+            raise ValueError(f"steps apply only to method {SOFT_TOKEN_METHOD!r}, not {method!r}")
         self.steps = parse_steps(5 if steps is None else steps)
         # validates every setting and resolves the defaults (prompt format, attention) once
-        self.options = EncodeOptions.build(
+        self.options = EmbedSettings.build(
             method=method,
             steps=max(self.steps),
             attention=attention,
@@ -73,7 +74,7 @@ class GenembedEncoder:
             max_length=max_length,
             batch_size=batch_size,
         )
-        self.views: tuple[int, ...] = self.steps if method == "gircse" else ()
+        self.views: tuple[int, ...] = self.steps if method_rules(method).uses_steps else ()
 
     @property
     def name(self) -> str:
@@ -84,7 +85,7 @@ class GenembedEncoder:
         """The encoding settings, for reports."""
         o = self.options
         out = {"model": self.model.backbone.name, "adapter": self.model.adapter, "method": o.method}
-        out |= {"steps": list(self.steps) if o.method == "gircse" else None, "attention": o.attention}
+        out |= {"steps": list(self.steps) if method_rules(o.method).uses_steps else None, "attention": o.attention}
         out |= {"prompt_format": o.prompt_format, "max_length": o.max_length, "batch_size": o.batch_size}
         out["center"] = self.center
         return out | {

@@ -5,7 +5,7 @@ and nothing in genembed imports it implicitly.
 
 >>> import mteb
 >>> from genembed.eval.mteb_model import GenembedMTEBModel
->>> model = GenembedMTEBModel(method="gircse", steps=5)          # the bundled default model
+>>> model = GenembedMTEBModel(steps=5)          # the bundled default model, GIRCSE with K=5
 >>> results = mteb.evaluate(model, mteb.get_tasks(tasks=["STSBenchmark"]))   # needs internet for the data
 
 Instructions: for each task, ``prompts_dict`` (keys: task name, task type such as ``"STS"``, or
@@ -24,7 +24,8 @@ from mteb.models.abs_encoder import AbsEncoder
 from mteb.models.model_meta import ModelMeta, ScoringFunction
 from mteb.types import PromptType
 
-from ..encoders.embedder import EncodeOptions
+from ..encoders.methods import DEFAULT_METHOD, method_rules
+from ..encoders.settings import EmbedSettings
 
 __all__ = ["GenembedMTEBModel", "genembed_model_meta"]
 
@@ -86,7 +87,7 @@ class GenembedMTEBModel(AbsEncoder):
         device: str | None = None,
         model: Any = None,
         adapter: str | None = None,
-        method: str = "gircse",
+        method: str = DEFAULT_METHOD,
         steps: int = 5,
         attention: str | None = None,
         prompt_format: str | None = None,
@@ -107,10 +108,10 @@ class GenembedMTEBModel(AbsEncoder):
         self.encode_settings = {"method": method, "steps": steps, "attention": attention}
         self.encode_settings |= {"prompt_format": prompt_format, "max_length": max_length}
         self.batch_size = batch_size
-        EncodeOptions.build(**self.encode_settings, tau=model.tau)  # bad settings fail now, not mid-benchmark
+        EmbedSettings.build(**self.encode_settings, tau=model.tau)  # bad settings fail now, not mid-benchmark
         loader_kwargs = {"adapter": adapter, **self.encode_settings, "prompts_dict": prompts_dict}
         settings = {**self.encode_settings, "adapter": model.adapter, "instruct_documents": instruct_documents}
-        if method != "gircse":
+        if not method_rules(method).uses_steps:
             settings.pop("steps")
         self.mteb_model_meta = genembed_model_meta(model, settings, loader_kwargs)
 

@@ -54,14 +54,8 @@ class Reranker(Protocol):
     """A generative reranker, e.g. :class:`genembed.GenerativeEmbedder`.
 
     ``rerank`` returns one result per document (``.index`` into ``documents``, ``.score``), sorted by
-    score, best first.
+    score, best first. The harness passes the keyword options ``top_n``, ``instruction`` and
+    ``batch_size`` (see :class:`genembed.generation.rerank.RerankOptions`).
     """
 
-    def rerank(
-        self,
-        query: str,
-        documents: Sequence[str],
-        top_n: int | None = None,
-        instruction: str | None = None,
-        batch_size: int = 8,
-    ) -> list[Any]: ...
+    def rerank(self, query: str, documents: Sequence[str], **options: Any) -> list[Any]: ...

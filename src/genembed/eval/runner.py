@@ -1,7 +1,7 @@
 """Run many task folders through one encoder: validate all, encode (cached), score, time, report.
 
 >>> from genembed.eval import GenembedEncoder, evaluate
->>> encoder = GenembedEncoder(genembed.load(), method="gircse", steps=[1, 3, 5, 10, 20])
+>>> encoder = GenembedEncoder(genembed.load(), steps=[1, 3, 5, 10, 20])  # GIRCSE, the default method
 >>> report = evaluate(encoder, ["../shared/data/dev"], out="results.json")
 """
 

@@ -23,7 +23,8 @@ from typing import Any
 import torch
 
 from ..backbone.attention import run_decoder
-from ..encoders.batching import length_sorted_batches
+from ..encoders.prompts import SENTINEL, split_around, split_ids
+from ._padding import right_padded_batches
 from .decoding import lm_head
 
 __all__ = ["MAX_QUERY_TOKENS", "query_likelihood_prompt", "score_query_likelihood"]
@@ -31,20 +32,12 @@ __all__ = ["MAX_QUERY_TOKENS", "query_likelihood_prompt", "score_query_likelihoo
 MAX_QUERY_TOKENS = 256  # query tokens scored (and kept in yes/no prompts); longer queries are cut
 
 _REQUEST = "Write a query for this task that the passage is relevant to."
-_SENTINEL = "\u2063GENEMBED_DOC\u2063"
 
 
 def query_likelihood_prompt(tokenizer: Any, instruction: str) -> tuple[list[int], list[int]]:
     """Token ids before and after the document; the query's tokens follow the second part."""
-    content = f"Passage: {_SENTINEL}\n\nTask: {instruction}\n{_REQUEST}"
-    if getattr(tokenizer, "chat_template", None):
-        messages = [{"role": "user", "content": content}]
-        rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    else:
-        rendered = content + "\nQuery: "
-    before, _, after = rendered.partition(_SENTINEL)
-    ids = tokenizer([before, after], add_special_tokens=False)["input_ids"]
-    return ids[0], ids[1]
+    content = f"Passage: {SENTINEL}\n\nTask: {instruction}\n{_REQUEST}"
+    return split_ids(tokenizer, *split_around(tokenizer, content, plain_end="\nQuery: "))
 
 
 @torch.no_grad()
@@ -61,14 +54,11 @@ def score_query_likelihood(
 ) -> torch.Tensor:
     """Mean log-probability of the query's tokens given each document (float32, input order).
 
+    ``model`` (a causal LM or peft wrapper), its ``tokenizer``, the ``query``, the candidate
+    ``documents``, ``batch_size`` and ``max_length`` are as in :func:`genembed.generation.rerank.score_pairs`.
+
     Args:
-        model: a causal LM (or peft wrapper).
-        tokenizer: its tokenizer.
-        query: the query.
-        documents: the candidate documents.
         instruction: the retrieval task's description (what kind of query to write).
-        batch_size: documents per forward pass.
-        max_length: document tokens kept (longer documents are cut from the end).
         max_query_tokens: query tokens scored.
     """
     if batch_size < 1 or max_length < 1:
@@ -85,13 +75,7 @@ def score_query_likelihood(
     device = next(model.parameters()).device
     targets = torch.tensor(query_ids, device=device)
     head, scores = lm_head(model), torch.zeros(len(rows))
-    for indices in length_sorted_batches([len(r) for r in rows], batch_size):
-        width = max(len(rows[i]) for i in indices)
-        ids = torch.full((len(indices), width), tokenizer.pad_token_id or 0, dtype=torch.long)  # pads are masked
-        mask = torch.zeros((len(indices), width), dtype=torch.long)
-        for row, i in enumerate(indices):  # right padding: real tokens never attend to the pads
-            ids[row, : len(rows[i])] = torch.tensor(rows[i])
-            mask[row, : len(rows[i])] = 1
+    for indices, ids, mask in right_padded_batches(rows, batch_size, tokenizer.pad_token_id):
         hidden = run_decoder(model, input_ids=ids.to(device), attention_mask=mask.to(device)).last_hidden_state
         # the states that predict the query tokens: positions len - n_query - 1 .. len - 2 of each row
         ends = torch.tensor([len(rows[i]) - 1 for i in indices], device=device)

@@ -32,12 +32,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 
 from ..backbone.attention import run_decoder
-from ..encoders.batching import length_sorted_batches
+from ..encoders.instructions import DEFAULT_QUERY_INSTRUCTION, DEFAULT_RERANK_INSTRUCTION
+from ..encoders.prompts import SENTINEL, split_around, split_ids
+from ._padding import right_padded_batches
 from .adapters import adapter_mode
 from .decoding import lm_head
 from .query_likelihood import MAX_QUERY_TOKENS, score_query_likelihood
@@ -46,6 +48,7 @@ __all__ = [
     "ANSWER_TOKENS",
     "DEFAULT_RERANK_INSTRUCTION",
     "SCORINGS",
+    "RerankOptions",
     "RerankPrompt",
     "RerankResult",
     "answer_token_ids",
@@ -55,12 +58,9 @@ __all__ = [
     "score_pairs",
 ]
 
-DEFAULT_RERANK_INSTRUCTION = "Judge whether the document is relevant to the query."
-DEFAULT_TASK_INSTRUCTION = "Given a query, retrieve relevant passages."  # query_likelihood's default
 SCORINGS = ("yes_no", "query_likelihood")
 ANSWER_TOKENS = ("Yes", "No")  # the casing SmolLM2-Instruct answers with
 _QUESTION = "Is the document relevant to the query? Answer Yes or No."
-_SENTINEL = "\u2063GENEMBED_DOC\u2063"
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,16 @@ class RerankResult:
     probability: float | None = None
 
 
+class RerankOptions(TypedDict, total=False):
+    """The keyword options of :func:`rerank` that :meth:`genembed.GenerativeEmbedder.rerank` passes on."""
+
+    top_n: int | None  # return only the best top_n (None: all)
+    instruction: str | None  # the task description opening the prompt (None: the scoring's default)
+    batch_size: int  # documents per forward pass
+    max_length: int  # document tokens kept
+    scoring: str  # "query_likelihood" or "yes_no"
+
+
 @dataclass(frozen=True)
 class RerankPrompt:
     """Token ids of a rerank prompt's parts: ``prefix + document + suffix``."""
@@ -97,15 +107,8 @@ def rerank_prompt(
     query_ids = tokenizer(query, add_special_tokens=False)["input_ids"]
     if len(query_ids) > max_query_tokens:
         query = tokenizer.decode(query_ids[:max_query_tokens])
-    content = f"{instruction}\n\nQuery: {query}\n\nDocument: {_SENTINEL}\n\n{_QUESTION}"
-    messages = [{"role": "user", "content": content}]
-    if getattr(tokenizer, "chat_template", None):
-        rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    else:
-        rendered = content + "\nAnswer:"
-    prefix, _, suffix = rendered.partition(_SENTINEL)
-    ids = tokenizer([prefix, suffix], add_special_tokens=False)["input_ids"]
-    return RerankPrompt(ids[0], ids[1])
+    content = f"{instruction}\n\nQuery: {query}\n\nDocument: {SENTINEL}\n\n{_QUESTION}"
+    return RerankPrompt(*split_ids(tokenizer, *split_around(tokenizer, content, plain_end="\nAnswer:")))
 
 
 @functools.lru_cache(maxsize=16)
@@ -161,14 +164,8 @@ def score_pairs(
         ids[:max_length] + prompt.suffix for ids in tokenizer(list(documents), add_special_tokens=False)["input_ids"]
     ]
     head, scores = lm_head(model), torch.zeros(len(rows))
-    for indices in length_sorted_batches([len(r) for r in rows], batch_size):
-        width = max(len(rows[i]) for i in indices)
-        ids = torch.full((len(indices), width), tokenizer.pad_token_id or 0, dtype=torch.long)  # pads are masked
-        mask = torch.zeros((len(indices), n_prefix + width), dtype=torch.long)
-        mask[:, :n_prefix] = 1
-        for row, i in enumerate(indices):  # right padding: real tokens never attend to the pads
-            ids[row, : len(rows[i])] = torch.tensor(rows[i])
-            mask[row, n_prefix : n_prefix + len(rows[i])] = 1
+    for indices, ids, mask in right_padded_batches(rows, batch_size, tokenizer.pad_token_id, prefix=n_prefix):
+        width = ids.shape[1]
         hidden = run_decoder(
             model,
             input_ids=ids.to(device),
@@ -248,7 +245,7 @@ def rerank(
     if scoring not in SCORINGS:
         raise ValueError(f"scoring must be one of {SCORINGS}, got {scoring!r}")
     score = score_pairs if scoring == "yes_no" else score_query_likelihood
-    default_instruction = DEFAULT_RERANK_INSTRUCTION if scoring == "yes_no" else DEFAULT_TASK_INSTRUCTION
+    default_instruction = DEFAULT_RERANK_INSTRUCTION if scoring == "yes_no" else DEFAULT_QUERY_INSTRUCTION
     with adapter_mode(backbone.model, use_adapter):
         scores = score(
             backbone.model,

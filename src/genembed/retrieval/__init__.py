@@ -7,8 +7,7 @@ Names load lazily, so importing this package does not import faiss or safetensor
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from .._lazy import lazy_names
 
 _LAZY = {
     "Chunk": "chunking",
@@ -16,7 +15,6 @@ _LAZY = {
     "SourceError": "chunking",
     "chunk_documents": "chunking",
     "read_sources": "chunking",
-    "EmbedConfig": "embed_kv",
     "encode_with_kv": "embed_kv",
     "Index": "index",
     "ChunkRecord": "index",
@@ -48,11 +46,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)

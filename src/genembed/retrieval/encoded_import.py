@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..encoders.corpus import corpus_manifest, iter_corpus_embeddings, read_records
-from .embed_kv import EmbedConfig
+from ..encoders.settings import EmbedSettings
 from .index import ChunkRecord, commit
 from .stores import StoreLocation, parse_location, store_settings
 
@@ -35,8 +35,8 @@ __all__ = ["encoded_embed_config", "import_encoded"]
 _CONFIG = "config.json"
 
 
-def encoded_embed_config(encode_config: dict[str, Any], query_instruction: str | None = None) -> EmbedConfig:
-    """The :class:`EmbedConfig` that reproduces ``genembed encode``'s settings for queries.
+def encoded_embed_config(encode_config: dict[str, Any], query_instruction: str | None = None) -> EmbedSettings:
+    """The :class:`EmbedSettings` that reproduces ``genembed encode``'s settings for queries.
 
     Raises:
         ValueError: settings an index cannot use (adaptive steps, unnormalized embeddings).
@@ -45,8 +45,8 @@ def encoded_embed_config(encode_config: dict[str, Any], query_instruction: str |
         raise ValueError("the embeddings were made with adaptive GIRCSE steps; an index needs a fixed --steps")
     if not encode_config.get("normalize", True):
         raise ValueError("the embeddings were written with --no-normalize; an index needs normalized embeddings")
-    defaults = EmbedConfig()
-    return EmbedConfig(
+    defaults = EmbedSettings()
+    return EmbedSettings(
         method=encode_config["method"],
         steps=int(encode_config["steps"]),
         attention=encode_config["attention"],

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .._files import atomic_write, atomic_write_json, check_file, read_json, remove_temp_files, sha256_file
-from .embed_kv import EmbedConfig
+from ..encoders.settings import EmbedSettings
 from .errors import IndexCorruptedError, IndexIncompleteError, IndexVersionError, rebuild_hint
 from .faiss_factory import (
     DEFAULT_FACTORY,
@@ -95,9 +95,9 @@ class ManifestQueries:
         return RagPrompt.from_dict(stored) if stored else RagPrompt()
 
     @property
-    def config(self) -> EmbedConfig:
+    def config(self) -> EmbedSettings:
         """How chunks were embedded; queries must be embedded the same way (:meth:`encode_queries`)."""
-        return EmbedConfig.from_dict(self.manifest["embed"])
+        return EmbedSettings.from_dict(self.manifest["embed"])
 
     def encode_queries(self, model: Any, queries: list[str], *, batch_size: int = 16) -> np.ndarray:
         """Embed queries with the index's settings (method, steps, instruction): ``(n, dim)``."""

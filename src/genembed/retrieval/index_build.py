@@ -21,8 +21,9 @@ import numpy as np
 
 from .._files import atomic_write_json, atomic_write_npy, check_file, file_digest
 from ..adapter_info import warn_if_untrained
+from ..encoders.settings import EmbedSettings
 from .chunking import Chunk, chunk_documents, read_sources
-from .embed_kv import EmbedConfig, encode_with_kv
+from .embed_kv import encode_with_kv
 from .index import BUILD_DIR, MANIFEST, ChunkRecord, Index, commit
 from .kv_ops import KV
 from .kv_source import check_kv_source, kv_source
@@ -42,7 +43,7 @@ def build_index(
     sources: Sequence[str | Path],
     out: str | Path | StoreLocation,
     *,
-    config: EmbedConfig | None = None,
+    config: EmbedSettings | None = None,
     chunk_tokens: int = 256,
     overlap: int = 32,
     store_kv: bool = False,
@@ -101,14 +102,13 @@ def build_index(
         UntrainedAdapterWarning: the model's adapter was not trained for the embedding method.
     """
     location = parse_location(out)
-    config = config or EmbedConfig(
+    config = config or EmbedSettings(
         tau=getattr(model, "tau", 1.0),
         max_length=chunk_tokens + _TEMPLATE_ROOM,
         center=getattr(model, "center", False),
     )
-    options = config.options()  # validate before any work
     trained_for, adapter = getattr(model, "trained_for", None), getattr(model, "adapter", None)
-    warn_if_untrained(trained_for, adapter, options.method, options.attention)
+    warn_if_untrained(trained_for, adapter, config.method, config.attention)
     store = store_settings(
         location, model.dim, index_type=index_type, index_params=index_params, search_params=search_params
     )
@@ -222,7 +222,7 @@ def _run(
     shard_size: int | None,
     show_progress_bar: bool,
 ) -> Index:
-    config = EmbedConfig.from_dict(manifest["embed"])
+    config = EmbedSettings.from_dict(manifest["embed"])
     kv_info = manifest.get("kv")
     shard_size = shard_size or (64 if kv_info else 1024)
     if shard_size < 1:
@@ -320,10 +320,10 @@ def generation_states(
     ]
 
 
-def embedding_pass_reusable(model: Any, config: EmbedConfig, prompt: RagPrompt, texts: list[str]) -> bool:
+def embedding_pass_reusable(model: Any, config: EmbedSettings, prompt: RagPrompt, texts: list[str]) -> bool:
     """Whether the chunks' embedding pass is the generator's own pass over ``head + passage segment``:
     same weights, causal attention, and every embedding prompt starting with those tokens."""
-    if not same_weights(model) or config.segment_attention != "causal":
+    if not same_weights(model) or config.attention != "causal":
         return False
     tokenizer = model.backbone.tokenizer
     head = prompt.head_ids(tokenizer)

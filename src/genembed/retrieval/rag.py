@@ -107,7 +107,7 @@ def retrieve(
     timings = timings if timings is not None else {}
     index.check_model(model)
     t0 = time.perf_counter()
-    keep = keep_query_kv and same_weights(model) and index.config.segment_attention == "causal"
+    keep = keep_query_kv and same_weights(model) and index.config.attention == "causal"
     encoded = encode_with_kv(model.backbone, [question], index.config, kind="query", keep_kv=keep)
     query = Query(question, encoded.embeddings, encoded.ids[0], encoded.kv[0] if encoded.kv else None)
     timings["embed_query"] = time.perf_counter() - t0

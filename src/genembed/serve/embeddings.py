@@ -8,6 +8,7 @@ import base64
 import numpy as np
 from fastapi import APIRouter, Depends
 
+from ..encoders.methods import method_rules
 from .errors import APIError, error_responses
 from .instructions import choose_instruction
 from .schemas import EmbeddingData, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage
@@ -74,7 +75,9 @@ async def create_embeddings(body: EmbeddingRequest, state: ServingState = Depend
     prompt_lengths, text_lengths = state.embedding_prompt_lengths(texts, instruction)
     state.check_sizes(prompt_lengths, field="input", what="inputs")
     assert state.batcher is not None
-    if state.settings.method != "gircse":  # single-pass methods ignore steps: let such requests share batches
+    if not method_rules(
+        state.settings.method
+    ).uses_steps:  # single-pass methods ignore steps: let such requests share batches
         steps = 0
     cost = sum(prompt_lengths) + steps * len(texts)  # soft tokens run through the model too
     vectors = await state.batcher.submit(texts, key=(instruction, steps), cost=cost)

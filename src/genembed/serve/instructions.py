@@ -11,7 +11,7 @@ served model carries:
 - sentence-transformers' ``prompt_name``: any name in the table.
 
 The table of named instructions is :data:`DEFAULT_INSTRUCTIONS` (``query`` is the instruction
-``encode_query`` uses, :data:`genembed.model.DEFAULT_QUERY_INSTRUCTION`; documents get none, as in
+``encode_query`` uses, :data:`genembed.encoders.instructions.DEFAULT_QUERY_INSTRUCTION`; documents get none, as in
 ``encode_document``), updated by the model's own ``prompts`` when it has them, then by the server's
 ``--instructions FILE.json``.
 """
@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..model import DEFAULT_QUERY_INSTRUCTION
+from ..encoders.instructions import DEFAULT_QUERY_INSTRUCTION
 from .errors import APIError
 
 __all__ = [

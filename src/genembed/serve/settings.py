@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..encoders.methods import DEFAULT_METHOD, METHODS
+
 __all__ = ["ServeSettings"]
 
 
@@ -18,7 +20,7 @@ class ServeSettings:
 
     model_id: str | None = None  # name in responses and /v1/models (default: the loaded model's name)
     api_key: str | None = None  # when set, /v1/* needs "Authorization: Bearer <key>"
-    method: str = "gircse"  # embedding method: gircse, mean, last or grit
+    method: str = DEFAULT_METHOD  # embedding method: a name in genembed.encoders.methods.METHODS
     default_steps: int = 5  # GIRCSE soft tokens K when a request does not say
     max_steps: int = 20  # highest `steps` a request may ask for
     max_inputs: int = 256  # texts per embeddings request, documents per rerank request
@@ -66,7 +68,6 @@ class ServeSettings:
             )
         if self.api_key is not None and not self.api_key.strip():
             raise ValueError("api_key must not be empty (use None for no key)")
-        from ..encoders.embedder import METHODS
         from ..generation.rerank import SCORINGS
 
         if self.method not in METHODS:

@@ -97,9 +97,9 @@ class ServingState:
 
     def embedding_prompt_lengths(self, texts: list[str], instruction: str) -> tuple[list[int], list[int]]:
         """``(prompt tokens, text tokens)`` per text, exactly as the encoder will build the prompts."""
-        from ..encoders.embedder import EncodeOptions
+        from ..encoders.methods import method_rules
 
-        fmt = EncodeOptions.build(method=self.settings.method).prompt_format
+        fmt = method_rules(self.settings.method).prompt_format
         prompts = encode_prompts(self.tokenizer, texts, instruction=instruction, prompt_format=fmt, max_length=1 << 30)
         return [len(p.ids) for p in prompts], [p.text_end - p.text_start for p in prompts]
 

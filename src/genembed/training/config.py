@@ -22,6 +22,9 @@ from typing import Any
 
 import yaml
 
+from ..encoders.methods import METHODS, method_rules
+from ..encoders.settings import EmbedSettings
+
 __all__ = [
     "ConfigError",
     "DataConfig",
@@ -79,18 +82,33 @@ class LoraSettings:
     init_from: str | None = None
 
 
-@dataclass
-class EmbeddingConfig:
-    # gircse (K soft tokens, ICR loss) or a single pass with InfoNCE: grit (bidirectional mean pooling),
-    # mean (mean pooling) or last (the last token's hidden state), both under embedding.attention
-    method: str = "gircse"
-    steps: int = 5  # K, the number of soft tokens (gircse)
-    tau: float = 1.0  # soft-token softmax temperature (gircse)
-    attention: str = "causal"  # attention among prompt tokens (gircse); grit is always bidirectional
-    prompt_format: str | None = None  # chat or plain; None = chat for gircse, plain for grit
-    query_max_length: int = 64  # tokens per query prompt (instruction and template included)
-    doc_max_length: int = 128  # tokens per document prompt
-    use_cache: bool = True  # KV-cached soft tokens; False recomputes the sequence every step (reference)
+def _embedding_settings(section: Any, *, checkpoint_chunk: int = 0) -> EmbedSettings:
+    """The :class:`~genembed.encoders.settings.EmbedSettings` an ``embedding:`` section describes (the
+    prompt lengths stay in the section: queries and documents have their own)."""
+    values = {name: getattr(section, name) for name in _EMBEDDING_KEYS}
+    if method_rules(section.method).fixed_attention:  # validate() refuses another attention for it
+        values["attention"] = None
+    return EmbedSettings(**values, checkpoint_chunk=checkpoint_chunk)
+
+
+# The YAML ``embedding:`` section: these fields of EmbedSettings (their meaning and defaults are
+# documented there; attention is written out as "causal" rather than None, as saved runs hold it) plus
+# the prompt lengths of queries and documents. ``EmbeddingConfig.settings()`` gives the EmbedSettings.
+_EMBEDDING_KEYS = ("method", "steps", "tau", "attention", "prompt_format", "use_cache")
+EmbeddingConfig = dataclasses.make_dataclass(
+    "EmbeddingConfig",
+    [
+        *(
+            (f.name, f.type, field(default="causal" if f.name == "attention" else f.default))
+            for f in dataclasses.fields(EmbedSettings)
+            if f.name in _EMBEDDING_KEYS
+        ),
+        ("query_max_length", "int", field(default=64)),  # tokens per query prompt (instruction and template)
+        ("doc_max_length", "int", field(default=128)),  # tokens per document prompt
+    ],
+    namespace={"settings": _embedding_settings},
+)
+EmbeddingConfig.__module__ = __name__
 
 
 @dataclass
@@ -165,7 +183,7 @@ class RunConfig:
 
 _CHOICES = {
     "model.dtype": ("float32", "bfloat16"),
-    "embedding.method": ("gircse", "grit", "mean", "last"),
+    "embedding.method": METHODS,
     "embedding.attention": ("causal", "bidirectional"),
     "embedding.prompt_format": (None, "chat", "plain"),
     "loss.reduction": ("mean", "sum"),
@@ -306,8 +324,9 @@ def validate(config: RunConfig) -> None:
                 raise ConfigError(f"{section}.files[{i}].weight must be > 0, got {item.weight}")
     if config.lora.init_from is not None and not config.lora.enabled:
         raise ConfigError("lora.init_from needs lora.enabled=true (it continues training a LoRA adapter)")
-    if config.embedding.method == "grit" and config.embedding.attention != "causal":
-        raise ConfigError("embedding.attention does not apply to grit (it is always bidirectional)")
+    fixed = method_rules(config.embedding.method).fixed_attention
+    if fixed and config.embedding.attention != "causal":
+        raise ConfigError(f"embedding.attention does not apply to {config.embedding.method} (it is always {fixed})")
     if config.loss.distill_weight > 0:
         if not config.loss.distill_teacher.strip():
             raise ConfigError("loss.distill_teacher must name a teacher (all-MiniLM-L6-v2 or a folder), got ''")

@@ -1,5 +1,8 @@
 """Forward passes for training: embeddings with gradients, and response-token logits.
 
+Embeddings come from the embedding core (:func:`genembed.encoders.core.embed_prepared`), as at
+inference, with :class:`~genembed.encoders.settings.EmbedSettings`:
+
 - GIRCSE: :func:`genembed.encoders.soft_tokens.generate_soft_tokens` with gradients; the KV cache is
   kept across the K soft-token steps (``use_cache=True``), so a step costs one prefill plus K
   single-token passes instead of K+1 passes over the whole sequence (``use_cache=False``, the
@@ -18,7 +21,6 @@ cache included, because transformers' per-layer checkpointing drops the KV cache
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -26,24 +28,14 @@ from torch.utils.checkpoint import checkpoint
 
 from ..backbone.attention import run_decoder
 from ..encoders.batching import Batch, collate
-from ..encoders.pooling import last_token_pool, masked_mean, running_means
+from ..encoders.core import embed_prepared
+from ..encoders.pooling import running_means
 from ..encoders.prompts import EncodedPrompt, encode_prompts
-from ..encoders.soft_tokens import generate_soft_tokens, output_head
+from ..encoders.settings import EmbedSettings
+from ..encoders.soft_tokens import output_head
 from .data.generative import IGNORE, GenerativeBatch
 
-__all__ = ["EmbedSettings", "embed_batch", "response_logits", "running_means", "tokenize_texts"]
-
-
-@dataclass(frozen=True)
-class EmbedSettings:
-    """How texts become training embeddings."""
-
-    method: str = "gircse"  # gircse, grit, mean or last
-    steps: int = 5  # K (gircse)
-    tau: float = 1.0  # soft-token temperature (gircse)
-    attention: str = "causal"  # prompt attention (gircse, mean, last); grit is bidirectional
-    use_cache: bool = True  # KV-cached soft tokens (gircse)
-    checkpoint_chunk: int = 0  # > 0: gradient checkpointing over chunks of this many texts
+__all__ = ["embed_batch", "response_logits", "running_means", "tokenize_texts"]
 
 
 def tokenize_texts(
@@ -68,24 +60,7 @@ def tokenize_texts(
 def _embed_tensors(
     model: Any, settings: EmbedSettings, input_ids: torch.Tensor, attention_mask: torch.Tensor, text_mask: torch.Tensor
 ) -> torch.Tensor:
-    if settings.method == "gircse":
-        out = generate_soft_tokens(
-            model,
-            input_ids,
-            attention_mask,
-            steps=settings.steps,
-            tau=settings.tau,
-            attention=settings.attention,
-            use_cache=settings.use_cache,
-        )
-        return running_means(out.hidden)  # (B, K, D)
-    attention = "bidirectional" if settings.method == "grit" else settings.attention
-    hidden = run_decoder(
-        model, input_ids=input_ids, attention_mask=attention_mask, attention=attention
-    ).last_hidden_state
-    if settings.method == "last":
-        return last_token_pool(hidden)[:, None]  # (B, 1, D): left padding puts every last token at -1
-    return masked_mean(hidden, text_mask)[:, None]  # (B, 1, D)
+    return embed_prepared(model, Batch(input_ids, attention_mask, text_mask), settings).steps  # (B, K, D)
 
 
 def embed_batch(model: Any, batch: Batch, settings: EmbedSettings) -> torch.Tensor:

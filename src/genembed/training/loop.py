@@ -33,7 +33,7 @@ from .._files import atomic_write_files, atomic_write_text, remove_temp_files
 from .checkpoint import capture_rng, latest_checkpoint, load_checkpoint, restore_rng, save_checkpoint
 from .config import ConfigError, RunConfig, config_to_dict, load_config
 from .data.streams import ContrastiveStream, GenerativeStream, expand_files
-from .forward import EmbedSettings, tokenize_texts
+from .forward import tokenize_texts
 from .grad_cache import grad_cache_step
 from .lora import load_trainable_state, make_trainable, save_trained, trainable_state
 from .losses import ICRLoss, InfoNCE, NextTokenLoss, SimilarityDistillation
@@ -213,7 +213,7 @@ def _build(cfg: RunConfig, resume: bool) -> tuple[_Run, dict[str, Any] | None]:
     optimizer = torch.optim.AdamW(params, lr=tc.lr, weight_decay=tc.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(tc.schedule, tc.warmup_steps, tc.max_steps))
     objective, optimizer = accelerator.prepare(objective, optimizer)
-    prompt_format = cfg.embedding.prompt_format or ("chat" if cfg.embedding.method == "gircse" else "plain")
+    prompt_format = cfg.embedding.settings().prompt_format
     run = _Run(
         cfg, accelerator, out, checkpoint, backbone.tokenizer, model, objective, optimizer, scheduler, params,
         contrastive, generative, MetricsLog(out / "metrics.jsonl"), prompt_format, teacher,
@@ -396,15 +396,8 @@ def _load_backbone(cfg: RunConfig) -> Any:
 
 def _build_objective(cfg: RunConfig, model: Any, *, has_generative: bool) -> Objective:
     emb, loss = cfg.embedding, cfg.loss
-    settings = EmbedSettings(
-        method=emb.method,
-        steps=emb.steps,
-        tau=emb.tau,
-        attention=emb.attention,
-        use_cache=emb.use_cache,
-        checkpoint_chunk=cfg.train.checkpoint_chunk if cfg.train.gradient_checkpointing else 0,
-    )
-    if emb.method == "gircse":
+    settings = emb.settings(checkpoint_chunk=cfg.train.checkpoint_chunk if cfg.train.gradient_checkpointing else 0)
+    if settings.rules.loss == "icr":
         rep: ICRLoss | InfoNCE = ICRLoss(
             loss.temperature,
             loss.reg_weight,

@@ -41,7 +41,7 @@ import numpy as np
 
 from .._files import atomic_write
 from ..encoders.corpus import encode_corpus, load_corpus_embeddings
-from ..encoders.embedder import EncodeOptions
+from ..encoders.settings import EMBEDDING_FIELDS, EmbedSettings
 from .data.contrastive import ContrastiveRow, read_contrastive
 from .data.jsonl import iter_jsonl
 
@@ -145,7 +145,7 @@ def _embed(
     model_key: str,
     texts: list[str],
     instruction: str,
-    options: EncodeOptions,
+    options: EmbedSettings,
     cache: Path,
     side: str,
     **kw: Any,
@@ -153,7 +153,7 @@ def _embed(
     """``(n, dim)`` normalised embeddings of ``texts`` through resumable corpus shards under ``cache``;
     ``model_key`` identifies the model's weights, so a folder is never reused across models."""
     lines = "".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in texts)
-    settings = {k: v for k, v in vars(options).items() if k not in ("batch_size", "fast_path")}
+    settings = {k: getattr(options, k) for k in EMBEDDING_FIELDS}
     texts_key = hashlib.blake2b(lines.encode()).hexdigest()
     key = hashlib.blake2b(
         json.dumps([model_key, settings, instruction, texts_key], sort_keys=True).encode(), digest_size=8
@@ -184,7 +184,7 @@ def mine_negatives(
     *,
     symmetric: bool | Sequence[bool] = False,
     doc_instruction: str = "",
-    options: EncodeOptions | None = None,
+    options: EmbedSettings | None = None,
     query_max_length: int = 64,
     doc_max_length: int = 128,
     depth: int = 30,
@@ -239,7 +239,7 @@ def mine_negatives(
     if len(flags) != len(paths):
         raise ValueError(f"{len(flags)} symmetric flags for {len(paths)} input files")
     if options is None:
-        options = EncodeOptions.build(
+        options = EmbedSettings(
             method=model.method,
             steps=model.steps,
             attention=model.attention,
@@ -261,8 +261,8 @@ def mine_negatives(
     cache = out.with_name(out.name + ".mining")
     model_key = GenembedEncoder(model).cache_key  # weights, adapter tensors, dtype and encoding code
     kw = {"shard_size": shard_size, "show_progress_bar": show_progress_bar}
-    q_opts = EncodeOptions(**{**vars(options), "max_length": query_max_length})
-    d_opts = EncodeOptions(**{**vars(options), "max_length": doc_max_length})
+    q_opts = options.replace(max_length=query_max_length)
+    d_opts = options.replace(max_length=doc_max_length)
     queries: dict[str, np.ndarray] = {}  # query instruction -> embeddings of its distinct queries
     q_index: dict[tuple[str, str], int] = {}
     for inst in dict.fromkeys(r.row.instruction for r in rows):

@@ -17,9 +17,10 @@ import torch
 from torch import nn
 
 from ..encoders.batching import Batch
+from ..encoders.settings import EmbedSettings
 from .data.generative import GenerativeBatch
 from .distributed import gather_with_grad, rank_and_world
-from .forward import EmbedSettings, embed_batch, response_logits
+from .forward import embed_batch, response_logits
 from .losses import ICRLoss, InfoNCE, NextTokenLoss, SimilarityDistillation
 
 __all__ = ["Objective", "RepresentationTerms"]

@@ -1,0 +1,108 @@
+"""The embedding core: one prepared (tokenized, left-padded) batch in, its embeddings out, for any method.
+
+Encoding (:mod:`genembed.encoders.embedder`), the training forward (:mod:`genembed.training.forward`),
+index building (:mod:`genembed.retrieval.embed_kv`) and the server (through ``encode``) all embed
+here, with one :class:`~genembed.encoders.settings.EmbedSettings`; what differs per method is read
+from its :class:`~genembed.encoders.methods.MethodRules`:
+
+- soft tokens (GIRCSE): K soft tokens after the prompt; ``z_k`` = mean of their hidden states
+  ``h_1..h_k`` (:mod:`genembed.encoders.soft_tokens`);
+- ``mean``: one pass, mean of the text tokens' last hidden states (instruction and template tokens
+  are attended to but not pooled);
+- ``last``: one pass, the last prompt token's hidden state.
+
+It runs with gradients (training) or without, on the transformers path or, for inference, on the
+CPU fast path (:mod:`genembed.encoders.fast_decoder`), and can keep the prompt's KV cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..backbone.attention import run_decoder
+from .batching import Batch
+from .fast_decoder import FastDecoder
+from .pooling import last_token_pool, masked_mean, running_means
+from .settings import EmbedSettings
+from .soft_tokens import generate_soft_tokens
+
+__all__ = ["BatchEmbeddings", "embed_prepared"]
+
+
+@dataclass
+class BatchEmbeddings:
+    """``steps``: ``(B, K, D)`` un-normalized ``z_1..z_K`` (``K = 1`` for single-pass methods).
+    ``steps_used``: ``(B,)`` steps each row used (adaptive soft tokens only, else None).
+    ``cache``: the prompt's KV cache (for soft tokens followed by theirs), when asked for."""
+
+    steps: torch.Tensor
+    steps_used: torch.Tensor | None = None
+    cache: Any = None
+
+    @property
+    def final(self) -> torch.Tensor:
+        """``(B, D)``: each row's embedding (its last step, or with adaptive steps the step it stopped at)."""
+        if self.steps_used is not None:
+            return self.steps[torch.arange(self.steps.shape[0]), self.steps_used - 1]
+        return self.steps[:, -1]
+
+
+def embed_prepared(
+    model: Any, batch: Batch, settings: EmbedSettings, *, keep_kv: bool = False, fast: FastDecoder | None = None
+) -> BatchEmbeddings:
+    """Embed one prepared batch.
+
+    Args:
+        model: a causal LM (or peft wrapper).
+        batch: left-padded prompts with their text masks (:func:`genembed.encoders.batching.collate`).
+        settings: how to embed.
+        keep_kv: also return the KV cache of the pass (not with ``fast``).
+        fast: the inference fast path of ``model`` (:meth:`FastDecoder.build`), or None for transformers.
+    """
+    rules = settings.rules
+    causal = settings.attention == "causal"
+    stop_tol = settings.stop_tol if settings.adaptive else None
+    if rules.uses_steps:
+        if fast is not None:
+            out = fast.soft_tokens(
+                batch.input_ids,
+                batch.attention_mask,
+                steps=settings.steps,
+                tau=settings.tau,
+                causal=causal,
+                stop_tol=stop_tol,
+            )
+        else:
+            out = generate_soft_tokens(
+                model,
+                batch.input_ids,
+                batch.attention_mask,
+                steps=settings.steps,
+                tau=settings.tau,
+                attention=settings.attention,  # type: ignore[arg-type]
+                use_cache=settings.use_cache,
+                stop_tol=stop_tol,
+            )
+        used = out.steps_used if settings.adaptive else None
+        return BatchEmbeddings(running_means(out.hidden), used, out.cache if keep_kv else None)  # (B, K, D)
+    cache = None
+    if fast is not None:
+        hidden, lengths, text_mask = fast.hidden_states(
+            batch.input_ids, batch.attention_mask, batch.text_mask, causal=causal
+        )
+        last = hidden[torch.arange(hidden.shape[0]), lengths - 1]
+    else:
+        out = run_decoder(
+            model,
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            attention=settings.attention,  # type: ignore[arg-type]
+            use_cache=keep_kv,
+        )
+        hidden, text_mask, cache = out.last_hidden_state, batch.text_mask, out.cache
+        last = last_token_pool(hidden)  # left padding puts every row's last token at -1
+    pooled = last if rules.pooling == "last" else masked_mean(hidden, text_mask)
+    return BatchEmbeddings(pooled[:, None], None, cache)  # (B, 1, D)

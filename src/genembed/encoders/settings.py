@@ -1,0 +1,124 @@
+"""How texts become embeddings: the one settings type of encoding, training, indexes and the server.
+
+An :class:`EmbedSettings` is checked when it is made, and the method's defaults are filled in then
+(the attention and prompt format a method uses come from :mod:`genembed.encoders.methods`), so every
+instance says exactly how it embeds. ``EmbedSettings.build(steps="auto")`` turns on adaptive steps.
+Indexes store the fields that decide their embeddings in their manifest (:meth:`EmbedSettings.to_dict`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from ..backbone.attention import check_attention
+from .instructions import DEFAULT_QUERY_INSTRUCTION
+from .methods import DEFAULT_METHOD, MethodRules, method_rules
+from .prompts import PROMPT_FORMATS, EncodedPrompt, encode_prompts
+
+__all__ = ["EMBEDDING_FIELDS", "EmbedSettings"]
+
+# the fields that decide an encoded text's embedding (not batch size, fast path or index-side settings):
+# what centres are memoised under and what a resumable ``genembed encode`` folder records
+EMBEDDING_FIELDS = ("method", "steps", "adaptive", "stop_tol", "attention", "prompt_format", "tau", "max_length")
+EMBEDDING_FIELDS += ("use_cache",)
+
+# what an index manifest records (``embed``); older manifests hold exactly these keys
+_INDEX_FIELDS = ("method", "steps", "attention", "prompt_format", "tau", "max_length")
+_INDEX_FIELDS += ("query_instruction", "doc_instruction", "center")
+
+
+@dataclass(frozen=True)
+class EmbedSettings:
+    """How texts become embeddings (see :meth:`genembed.GenerativeEmbedder.encode`).
+
+    Raises:
+        ValueError: an unknown method, attention or prompt format, or a value out of range.
+    """
+
+    method: str = DEFAULT_METHOD  # a name in genembed.encoders.methods.METHODS
+    steps: int = 5  # K soft tokens (soft-token methods); with ``adaptive`` the cap
+    adaptive: bool = False  # stop each text when cos(z_k, z_{k-1}) > stop_tol
+    stop_tol: float = 0.999
+    attention: str | None = None  # None: the method's (causal unless the method fixes it)
+    prompt_format: str | None = None  # chat or plain; None or "": the method's
+    tau: float = 1.0  # soft-token softmax temperature
+    max_length: int = 512  # tokens per prompt (instruction and template included); longer texts are cut
+    batch_size: int = 32  # texts per forward pass (changes no embedding)
+    use_cache: bool = True  # KV-cached soft tokens; False recomputes the sequence every step (reference)
+    fast_path: bool = True  # the CPU inference fast path where it applies (genembed.encoders.fast_decoder)
+    checkpoint_chunk: int = 0  # training: > 0 recomputes chunks of this many texts in the backward pass
+    query_instruction: str = DEFAULT_QUERY_INSTRUCTION  # indexes: the instruction queries get
+    doc_instruction: str = ""  # indexes: the instruction documents get
+    center: bool = False  # indexes: subtract each instruction's centre (genembed.encoders.centering)
+
+    def __post_init__(self) -> None:
+        rules = method_rules(self.method)
+        attention = rules.check_attention(self.attention)
+        check_attention(attention)
+        prompt_format = self.prompt_format or rules.prompt_format
+        if prompt_format not in PROMPT_FORMATS:
+            raise ValueError(f"prompt_format must be one of {PROMPT_FORMATS}, got {prompt_format!r}")
+        steps = self.steps
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"steps must be a positive int or 'auto', got {steps!r}")
+        if not 0.0 < self.stop_tol < 1.0:
+            raise ValueError(f"stop_tol must be in (0, 1), got {self.stop_tol}")
+        if self.max_length < 1 or self.batch_size < 1:
+            raise ValueError(f"max_length and batch_size must be >= 1, got {self.max_length} and {self.batch_size}")
+        if self.tau <= 0:
+            raise ValueError(f"tau must be > 0, got {self.tau}")
+        object.__setattr__(self, "attention", attention)
+        object.__setattr__(self, "prompt_format", prompt_format)
+
+    @classmethod
+    def build(cls, *, steps: int | str = 5, max_steps: int = 20, **fields: Any) -> EmbedSettings:
+        """Settings with ``steps`` a number or ``"auto"`` (adaptive, at most ``max_steps``)."""
+        if steps == "auto":
+            return cls(steps=max_steps, adaptive=True, **fields)
+        return cls(steps=steps, **fields)  # type: ignore[arg-type]
+
+    def replace(self, **changes: Any) -> EmbedSettings:
+        """A copy with ``changes`` (checked again)."""
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def rules(self) -> MethodRules:
+        """The method's :class:`~genembed.encoders.methods.MethodRules`."""
+        return method_rules(self.method)
+
+    def instruction(self, kind: str) -> str:
+        """The instruction of a ``"query"`` or a ``"doc"`` (indexes)."""
+        if kind not in ("query", "doc"):
+            raise ValueError(f"kind must be 'query' or 'doc', got {kind!r}")
+        return self.query_instruction if kind == "query" else self.doc_instruction
+
+    def prompts(self, tokenizer: Any, texts: list[str], instruction: str) -> list[EncodedPrompt]:
+        """The texts' prompts in this prompt format, cut to ``max_length`` (:func:`encode_prompts`)."""
+        return encode_prompts(
+            tokenizer,
+            texts,
+            instruction=instruction,
+            prompt_format=self.prompt_format,  # type: ignore[arg-type]
+            max_length=self.max_length,
+        )
+
+    def prompt_ids(self, tokenizer: Any, texts: list[str], kind: str) -> list[list[int]]:
+        """Token ids of each text's embedding prompt: the segment it contributes to a RAG context."""
+        return [p.ids for p in self.prompts(tokenizer, texts, self.instruction(kind))]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields an index manifest records (a method's own prompt format is written as ``""``)."""
+        out = {name: getattr(self, name) for name in _INDEX_FIELDS}
+        if out["prompt_format"] == self.rules.prompt_format:
+            out["prompt_format"] = ""
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EmbedSettings:
+        """Settings from :meth:`to_dict` (unknown keys ignored; a fixed attention is the method's)."""
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        if method_rules(known.get("method", DEFAULT_METHOD)).fixed_attention:
+            known.pop("attention", None)  # older manifests may hold the unused default, causal
+        return cls(**known)

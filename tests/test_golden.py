@@ -1,0 +1,36 @@
+"""Before/after guard: the tiny model's embeddings, index vectors and training losses are those
+``scripts/make_golden.py`` stored (tests/assets/golden/golden.npz) before the refactoring of issue 23."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+GOLDEN = Path(__file__).resolve().parent / "assets" / "golden" / "golden.npz"
+
+
+@pytest.fixture(scope="module")
+def recomputed(load_script):
+    return load_script("scripts/make_golden.py").compute_golden()
+
+
+@pytest.fixture(scope="module")
+def stored():
+    with np.load(GOLDEN, allow_pickle=False) as data:
+        return {name: data[name] for name in data.files}
+
+
+def test_the_same_outputs_are_computed(recomputed, stored):
+    assert sorted(recomputed) == sorted(stored)
+
+
+@pytest.mark.parametrize("name", sorted(np.load(GOLDEN, allow_pickle=False).files))
+def test_output_is_unchanged(recomputed, stored, name):
+    got, want = recomputed[name], stored[name]
+    assert got.shape == want.shape and got.dtype == want.dtype
+    if np.issubdtype(want.dtype, np.integer):
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
