@@ -109,7 +109,7 @@ def _row(args: argparse.Namespace, name: str) -> tuple[Path, list[str], Any]:
 
 
 def _to_mine(args: argparse.Namespace, path: Path) -> bool:
-    """Whether a missing data file is one this script mines: under ``--runs``, with a training file of its name."""
+    """Whether a data file is one this script mines: under ``--runs``, with a training file of its name."""
     return path.resolve().is_relative_to(args.runs.resolve()) and (args.train_data / path.name).is_file()
 
 
@@ -118,11 +118,16 @@ def _prepare(args: argparse.Namespace, cfg: Any) -> None:
     merged = cfg.model.name is not None and Path(cfg.model.name).resolve() == args.merged_base.resolve()
     if merged and not (args.merged_base / "config.json").is_file():
         _merge_default(args, args.merged_base)
-    missing = [item for item in cfg.data.files if not Path(item.path).is_file()]
-    if missing:
-        model = _starting_model(cfg)
-        for item in missing:
-            _mine(args, cfg, model, item)
+    model = None
+    for item in (i for i in cfg.data.files if _to_mine(args, Path(i.path))):
+        out, settings = Path(item.path), _mine_settings(args, cfg, item)
+        if out.is_file():
+            written = json.loads(_settings_file(out).read_text()) if _settings_file(out).is_file() else settings
+            if written != settings:
+                raise SystemExit(f"{out} was mined with {written}, this row needs {settings}: write it elsewhere")
+            continue
+        model = model or _starting_model(cfg)
+        _mine(out, settings, cfg, model)
 
 
 def _starting_model(cfg: Any) -> Any:
@@ -158,24 +163,34 @@ def _merge_default(args: argparse.Namespace, out: Path) -> None:
     print(f"merged base -> {out}")
 
 
-def _mine(args: argparse.Namespace, cfg: Any, model: Any, item: Any) -> None:
-    """Mine ``item.path`` from a seeded sample of the training file of its name, with the row's K, lengths
-    and symmetry; its settings are written beside it, and a file mined otherwise is an error."""
+def _mine_settings(args: argparse.Namespace, cfg: Any, item: Any) -> dict[str, Any]:
+    """How a data file under ``--runs`` is mined for a row: its source, sample size, symmetry, K and lengths."""
+    emb = cfg.embedding
+    settings = {"source": str((args.train_data / Path(item.path).name).resolve()), "rows": args.mine_limit}
+    settings |= {"symmetric": item.symmetric, "method": emb.method, "steps": emb.steps, "tau": emb.tau}
+    settings |= {"query_max_length": emb.query_max_length, "doc_max_length": emb.doc_max_length}
+    return settings | {"doc_instruction": cfg.data.doc_instruction}
+
+
+def _settings_file(out: Path) -> Path:
+    return out.with_name(f"{out.name}.settings.json")
+
+
+def _mine(out: Path, settings: dict[str, Any], cfg: Any, model: Any) -> None:
+    """Write ``out``: a seeded sample of the source's rows with negatives mined by ``model`` (their own
+    dropped), and its settings beside it."""
     from genembed.encoders import EncodeOptions
     from genembed.eval.report import atomic_write
     from genembed.training.mining import mine_negatives
 
-    out, source = Path(item.path), args.train_data / Path(item.path).name
-    emb = cfg.embedding
-    settings = {"source": str(source.resolve()), "rows": args.mine_limit, "symmetric": item.symmetric}
-    settings |= {"method": emb.method, "steps": emb.steps, "query_max_length": emb.query_max_length}
-    settings |= {"doc_max_length": emb.doc_max_length, "doc_instruction": cfg.data.doc_instruction}
+    emb, source = cfg.embedding, Path(settings["source"])
     lines = [line for line in source.read_text(encoding="utf-8").splitlines() if line.strip()]
-    if args.mine_limit and len(lines) > args.mine_limit:
-        lines = random.Random(0).sample(lines, args.mine_limit)
+    if settings["rows"] and len(lines) > settings["rows"]:
+        lines = random.Random(0).sample(lines, settings["rows"])
     sample = out.with_name(f"{out.stem}.sample.jsonl")
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(sample, "\n".join(lines) + "\n")
+    atomic_write(_settings_file(out), json.dumps(settings, indent=1))  # first: `out` is checked against it
     options = EncodeOptions.build(
         method=emb.method, steps=emb.steps, attention=emb.attention, prompt_format=emb.prompt_format, tau=emb.tau
     )
@@ -183,15 +198,14 @@ def _mine(args: argparse.Namespace, cfg: Any, model: Any, item: Any) -> None:
         model,
         [sample],
         out,
-        symmetric=item.symmetric,
-        doc_instruction=cfg.data.doc_instruction,
+        symmetric=settings["symmetric"],
+        doc_instruction=settings["doc_instruction"],
         options=options,
         query_max_length=emb.query_max_length,
         doc_max_length=emb.doc_max_length,
         keep_original=False,
         show_progress_bar=False,
     )
-    atomic_write(out.with_name(f"{out.name}.settings.json"), json.dumps(settings, indent=1))
     print(f"mined {result.mined} negatives for {result.rows} rows (pool {result.pool}) -> {out}")
 
 

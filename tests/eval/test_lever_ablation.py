@@ -115,6 +115,10 @@ def test_rows_are_trained_scored_and_not_redone(script, toy_tasks, start_adapter
     monkeypatch.setattr(script, "load_trained", fail)
     assert script.main(argv)["runs"] == runs_json
     assert out.with_suffix(".md").read_text() == md
+    # a mined file is not reused for a row that would mine it otherwise
+    monkeypatch.undo()
+    with pytest.raises(SystemExit, match=r"qa_pairs.jsonl was mined with .*'rows': 12.* this row needs .*'rows': 10"):
+        script.main([*argv, "--levers", "mined", "--mine-limit", "10", "--limit", "3"])
 
 
 def test_a_row_missing_its_data_stops_before_anything_runs(script, tmp_path):
