@@ -27,11 +27,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
+from _ablation import load_trained, save_row, train_row
 from _run_info import git_commit
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,7 +67,6 @@ def main() -> None:
     import torch
 
     from genembed.eval import EmbeddingCache, GenembedEncoder, evaluate
-    from genembed.training import train
 
     torch.set_num_threads(args.threads)
     results = json.loads(args.out.read_text()) if args.out.is_file() else {}
@@ -92,17 +89,8 @@ def main() -> None:
             f"train.threads={args.threads}",
             *args.set,
         ]
-        entry = results["runs"].get(name, {})
-        if not (folder / "adapter_config.json").is_file() or "train_seconds" not in entry:
-            t0 = time.perf_counter()
-            trained = train(args.config, common + overrides, resume=True)
-            entry = {"overrides": overrides, "train_seconds": time.perf_counter() - t0}
-            entry["final_loss"] = trained.final_loss
-            entry["command"] = (f"genembed train {args.config.resolve()} " + " ".join(common + overrides)).replace(
-                str(REPO) + "/", ""
-            )
-            del trained
-        model = _load_trained(args.config, folder)
+        entry = train_row(args.config, common + overrides)
+        model = load_trained(args.config, folder)
         encoder = GenembedEncoder(model, **eval_settings)
         report = evaluate(
             encoder,
@@ -114,55 +102,11 @@ def main() -> None:
         )
         entry["eval"] = {"views": report.views, "tasks": {t.name: t.scores for t in report.tasks}}
         entry["mean"] = report.mean_scores()
-        with _locked(args.out):  # another lane may be merging into the same file
-            results = _merge(args.out, results, name, entry)
-            _write(args.out, results)
+        results = save_row(args.out, results, name, entry, _markdown)  # another lane may be writing it too
     print(args.out.with_suffix(".md").read_text())
 
 
-def _load_trained(config: Path, folder: Path):
-    """The run's backbone (the config's model, or the random tiny model for a smoke test) + its adapter."""
-    import genembed
-    from genembed.backbone.tiny import tiny_backbone
-    from genembed.loading import attach_adapter
-    from genembed.model import GenerativeEmbedder
-    from genembed.training import load_config
-
-    model = load_config(config).model
-    if model.name != "tiny":
-        return genembed.load(model.name, adapter=folder, dtype=model.dtype)
-    backbone = tiny_backbone(seed=model.tiny_seed)
-    attach_adapter(backbone, folder)
-    return GenerativeEmbedder(backbone, adapter=folder.name)
-
-
-@contextmanager
-def _locked(out: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``out.lock`` (POSIX ``flock``), so two lanes merge one at a time."""
-    import fcntl
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.with_suffix(".lock"), "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _merge(out: Path, results: dict, name: str, entry: dict) -> dict:
-    """``results`` with ``entry`` as run ``name``, over the runs another process (a second lane with
-    other ``--variants``) may have written to ``out`` since this one started."""
-    if out.is_file():
-        results["runs"] = json.loads(out.read_text())["runs"]
-    results["runs"][name] = entry
-    return results
-
-
-def _write(out: Path, results: dict) -> None:
-    from genembed.eval.report import atomic_write  # a unique temp file: two lanes may write `out` at once
-
-    atomic_write(out, json.dumps(results, indent=1))
+def _markdown(results: dict) -> str:
     runs = results["runs"]
     tasks = sorted({t for r in runs.values() for t in r["eval"]["tasks"]})
     lines = [
@@ -188,7 +132,7 @@ def _write(out: Path, results: dict) -> None:
             + f" | **{cell(r['mean'])}** | {r['train_seconds']:.0f} | {r['final_loss']:.3f} |"
         )
     lines += ["", "Commands:", ""] + [f"- {name}: `{r['command']}`" for name, r in runs.items()]
-    atomic_write(out.with_suffix(".md"), "\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
