@@ -179,7 +179,6 @@ def _settings_file(out: Path) -> Path:
 def _mine(out: Path, settings: dict[str, Any], cfg: Any, model: Any) -> None:
     """Write ``out``: a seeded sample of the source's rows with negatives mined by ``model`` (their own
     dropped), and its settings beside it."""
-    from genembed.encoders import EncodeOptions
     from genembed.eval.report import atomic_write
     from genembed.training.mining import mine_negatives
 
@@ -191,9 +190,7 @@ def _mine(out: Path, settings: dict[str, Any], cfg: Any, model: Any) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(sample, "\n".join(lines) + "\n")
     atomic_write(_settings_file(out), json.dumps(settings, indent=1))  # first: `out` is checked against it
-    options = EncodeOptions.build(
-        method=emb.method, steps=emb.steps, attention=emb.attention, prompt_format=emb.prompt_format, tau=emb.tau
-    )
+    options = emb.settings()
     result = mine_negatives(
         model,
         [sample],

@@ -221,3 +221,20 @@ def test_a_changed_model_does_not_reuse_the_cached_embeddings(tmp_path, tiny_mod
     after = {p.name for p in cache.iterdir() if p.is_dir()}
     assert len(after) == 4 and before < after
     assert out.read_bytes() == _mine(tiny_model, [src], tmp_path / "fresh.jsonl").out.read_bytes()
+
+
+def test_positives_of_other_rows_with_the_same_query_are_never_negatives(tmp_path, tiny_model):
+    """twitter_para and parasci hold many rows per query: each row's positive is a paraphrase of the query
+    for the others too, so it must not be mined as their negative (pairs count either way round; a paraphrase
+    of a paraphrase is not known to the filter)."""
+    query, paraphrases = "The cat sat on the mat.", ["A cat was sitting on the mat.", "On the mat sat a cat."]
+    others = ["Stocks fell sharply today.", "Rain is expected tomorrow.", "He plays the violin."]
+    rows = [{"query": query, "pos": [p], "neg": [others[i]]} for i, p in enumerate(paraphrases)]
+    rows.append({"query": paraphrases[1], "pos": ["The mat had a cat on it."], "neg": [others[2]]})
+    path = _write(tmp_path / "para.jsonl", rows)
+    result = _mine(tiny_model, [path], tmp_path / "out.jsonl", num_negatives=10, keep_original=False)
+    mined = [row["neg"] for row in _read(result.out)]
+    assert not set(paraphrases) & set(mined[0]) and not set(paraphrases) & set(mined[1])
+    assert paraphrases[1] not in mined[2] and "The mat had a cat on it." not in mined[2]
+    assert set(mined[0]) == set(others) | {"The mat had a cat on it."}  # the rest of the pool, all of it
+    assert set(mined[2]) == set(others) | {paraphrases[0]}

@@ -93,7 +93,8 @@ def select_negatives(
     Args:
         ranked, scores: candidates and their scores, best first.
         norms: normalised text of every pool index (:func:`normalize_text`).
-        own: normalised query and positives of the row (never a negative).
+        own: normalised query and positives of the row, and every text paired with the query by another
+            row of the files (never a negative).
         originals: normalised negatives already kept for the row (not repeated).
         same_label: pool indices that are a positive of a row of the query's class.
         positive_score: the row's positive score; a candidate above ``margin * positive_score`` is a
@@ -251,6 +252,14 @@ def mine_negatives(
     pool = list(dict.fromkeys(t for r in rows for t in (*r.row.pos, *r.row.neg)))
     where = {text: i for i, text in enumerate(pool)}
     norms = [normalize_text(t) for t in pool]
+    # every text a file pairs with another as query and positive (either way round): rows that share a
+    # query (twitter_para, parasci) hold each other's paraphrases, which must not come back as negatives
+    partners: dict[str, set[str]] = {}
+    for r in rows:
+        query = normalize_text(r.row.query)
+        for pos in map(normalize_text, r.row.pos):
+            partners.setdefault(query, {query}).add(pos)
+            partners.setdefault(pos, {pos}).add(query)
     by_label: dict[str, set[int]] = {}
     for r in rows:
         if r.row.label is not None:
@@ -295,7 +304,7 @@ def mine_negatives(
                     ranked[j][keep].tolist(),
                     scores[j][keep].tolist(),
                     norms=norms,
-                    own={normalize_text(t) for t in (row.query, *row.pos)},
+                    own=partners[normalize_text(row.query)],
                     originals={normalize_text(t) for t in originals},
                     same_label=by_label.get(row.label, set()) if row.label is not None else set(),
                     positive_score=positive_score,
