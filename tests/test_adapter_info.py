@@ -89,3 +89,29 @@ def test_index_build_warns_too(adapter_dirs, tmp_path):
     model = genembed.load(model_dir, adapter=adapter)
     with pytest.warns(UntrainedAdapterWarning, match="method='mean' with causal attention is untrained"):
         build_index(model, [docs], tmp_path / "idx", config=EmbedSettings(method="mean"), show_progress_bar=False)
+
+
+def test_a_shipped_adapter_loads_by_name_and_a_local_folder_of_that_name_wins(adapter_dirs, tmp_path, monkeypatch):
+    import shutil
+
+    import numpy as np
+
+    import genembed.loading as loading
+    from genembed.backbone import MissingModelError
+
+    model_dir, adapter = adapter_dirs
+    monkeypatch.setitem(loading.SHIPPED_ADAPTERS, "joint", adapter)
+    monkeypatch.chdir(tmp_path)  # no folder called "joint" here
+    by_name = genembed.load(model_dir, adapter="joint")
+    by_path = genembed.load(model_dir, adapter=adapter, center=True)
+    assert by_name.adapter_path == str(adapter.resolve()) and by_name.center is True  # shipped: centred
+    np.testing.assert_array_equal(by_name.encode(TEXTS, steps=2), by_path.encode(TEXTS, steps=2))
+    assert not np.allclose(by_name.encode(TEXTS, steps=2), genembed.load(model_dir).encode(TEXTS, steps=2))
+
+    shutil.copytree(adapter, tmp_path / "joint")  # a local folder of the same name wins
+    (tmp_path / "joint" / "genembed_train.yaml").unlink()
+    assert genembed.load(model_dir, adapter="joint").trained_for is None
+
+    monkeypatch.setitem(loading.SHIPPED_ADAPTERS, "gone", tmp_path / "not-shipped")
+    with pytest.raises(MissingModelError, match="does not ship the 'gone' adapter"):
+        genembed.load(model_dir, adapter="gone")

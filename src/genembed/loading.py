@@ -14,17 +14,49 @@ from .backbone.loading import BUNDLED, hub_cache_folder, load_backbone
 from .model import GenerativeEmbedder
 from .saving import BACKBONE_SUBFOLDER, SETTINGS_FILE, calibration_digest, read_settings
 
-__all__ = ["DEFAULT_ADAPTER", "adapter_folder", "default_adapter", "load", "saved_folder", "trained_for_generation"]
+__all__ = [
+    "DEFAULT_ADAPTER",
+    "SHIPPED_ADAPTERS",
+    "adapter_folder",
+    "default_adapter",
+    "load",
+    "saved_folder",
+    "shipped_adapter",
+    "trained_for_generation",
+]
 
 logger = logging.getLogger(__name__)
 
+_ADAPTERS = Path(__file__).parent / "adapters"
 # the GIRCSE LoRA adapter trained for the bundled backbone (configs/gircse-smollm2.yaml, MODEL_CARD.md)
-DEFAULT_ADAPTER = Path(__file__).parent / "adapters" / "smollm2-135m-gircse"
+DEFAULT_ADAPTER = _ADAPTERS / "smollm2-135m-gircse"
+# adapters shipped for the bundled backbone, by the name `load(adapter=NAME)` and `--adapter NAME` take:
+# "gircse" embeds only; "joint" was trained on with a next-token loss too (configs/gircse-smollm2-joint.yaml),
+# so it also generates, reranks and hands its KV states to the generator
+SHIPPED_ADAPTERS = {"gircse": DEFAULT_ADAPTER, "joint": _ADAPTERS / "smollm2-135m-gircse-joint"}
 
 
 def default_adapter() -> Path | None:
     """The adapter shipped for the bundled backbone, or None in a build that does not hold it."""
     return DEFAULT_ADAPTER if (DEFAULT_ADAPTER / "adapter_config.json").is_file() else None
+
+
+def shipped_adapter(name: str) -> Path | None:
+    """The folder of the shipped adapter called ``name`` (a key of :data:`SHIPPED_ADAPTERS`), or None when
+    ``name`` names none or this build does not hold it."""
+    folder = SHIPPED_ADAPTERS.get(name)
+    return folder if folder is not None and (folder / "adapter_config.json").is_file() else None
+
+
+def _adapter_path(adapter: str | os.PathLike) -> Path:
+    """An adapter argument as a folder: a local folder wins over a shipped adapter of the same name."""
+    path = Path(os.path.expanduser(str(adapter)))
+    if not path.exists() and isinstance(adapter, str) and adapter in SHIPPED_ADAPTERS:
+        folder = shipped_adapter(adapter)
+        if folder is None:
+            raise MissingModelError(f"this install does not ship the {adapter!r} adapter ({SHIPPED_ADAPTERS[adapter]})")
+        return folder
+    return path
 
 
 def load(
@@ -43,13 +75,16 @@ def load(
             ``model.save`` (its ``genembed.json`` restores the settings), a local HF folder, a ``.gguf``
             file, or a hub id already in the local HF cache (a saved model or a plain HF model).
             Nothing is downloaded.
-        adapter: a LoRA adapter folder (as written by ``genembed train``). None: the shipped GIRCSE
-            adapter when ``model`` is the bundled default, a saved model's own adapter, none for any
-            other model. False: none (the raw backbone). A GRIT jointly trained adapter (see
-            :func:`trained_for_generation`) is used for generation too (``model.generation_adapter =
-            True``); an embedding-only adapter, like the shipped one, only for embedding. What the adapter
-            was trained for is read from its saved training config (``model.trained_for``,
-            :mod:`genembed.adapter_info`); ``encode`` warns when asked for another method or attention.
+        adapter: a LoRA adapter folder (as written by ``genembed train``), or the name of an adapter
+            shipped for the bundled backbone (:data:`SHIPPED_ADAPTERS`: ``"gircse"``, ``"joint"``; a
+            local folder of that name wins). None: the shipped GIRCSE adapter when ``model`` is the
+            bundled default, a saved model's own adapter, none for any other model. False: none (the
+            raw backbone). An adapter trained with a next-token loss too (see
+            :func:`trained_for_generation`; the shipped ``"joint"``) is used for generation as well
+            (``model.generation_adapter = True``); an embedding-only adapter, like the shipped default,
+            only for embedding. What the adapter was trained for is read from its saved training config
+            (``model.trained_for``, :mod:`genembed.adapter_info`); ``encode`` warns when asked for
+            another method or attention.
         dtype: ``"auto"`` (default: bfloat16 where the device computes it natively, such as CPUs with
             AVX512-BF16 or AMX, else float32; see :func:`genembed.backbone.default_dtype`; the
             environment variable ``GENEMBED_DTYPE`` overrides it), ``"float32"``, ``"bfloat16"`` or
@@ -58,7 +93,7 @@ def load(
             ``"cpu"`` or ``"cuda:0"``.
         tau: GIRCSE soft-token softmax temperature (None: the saved model's, else 1.0).
         center: per-instruction centering in ``encode`` by default (see
-            :mod:`genembed.encoders.centering`). None: the saved model's setting; else on with the
+            :mod:`genembed.encoders.centering`). None: the saved model's setting; else on with a
             shipped adapter, where it was measured to help (MODEL_CARD.md), off otherwise.
 
     Raises:
@@ -75,10 +110,10 @@ def load(
         adapter = default_adapter()
     adapter_path, trained_for, shipped = None, None, False
     if adapter not in (None, False):
-        adapter_path = Path(os.path.expanduser(str(adapter)))
+        adapter_path = _adapter_path(adapter)
         attach_adapter(backbone, adapter_path)
         trained_for = read_trained_for(adapter_path)
-        shipped = adapter_path.resolve() == DEFAULT_ADAPTER.resolve()
+        shipped = adapter_path.resolve() in {folder.resolve() for folder in SHIPPED_ADAPTERS.values()}
     model = GenerativeEmbedder(
         backbone,
         tau=1.0 if tau is None else tau,
@@ -133,7 +168,7 @@ def _load_saved(
         adapter_path = folder
         adapter_name = settings.get("adapter") or folder.name
     elif adapter not in (None, False):
-        adapter_path = Path(os.path.expanduser(str(adapter)))
+        adapter_path = _adapter_path(adapter)
         attach_adapter(backbone, adapter_path)
         adapter_name = adapter_path.name
     trained_for = read_trained_for(adapter_path) if adapter_path else None

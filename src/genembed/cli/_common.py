@@ -20,7 +20,9 @@ ModelOpt = Annotated[
 AdapterOpt = Annotated[
     str | None,
     typer.Option(
-        "--adapter", "-a", help="LoRA adapter folder; 'none' for the raw backbone (default: the shipped adapter)"
+        "--adapter",
+        "-a",
+        help="LoRA adapter folder, or a shipped adapter by name (gircse, joint); 'none' for the raw backbone (default: gircse)",
     ),
 ]
 CenterOpt = Annotated[
