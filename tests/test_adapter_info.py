@@ -39,6 +39,14 @@ def test_read_trained_for_from_small_saved_configs(tmp_path):
         read_trained_for(tmp_path / "bad")
 
 
+def test_the_shipped_joint_adapter_was_trained_for_gircse_and_generation():
+    from genembed.loading import SHIPPED_ADAPTERS, shipped_adapter
+
+    assert shipped_adapter("joint") == SHIPPED_ADAPTERS["joint"]
+    trained = read_trained_for(SHIPPED_ADAPTERS["joint"])
+    assert (trained.method, trained.attention, trained.generation) == ("gircse", "causal", True)
+
+
 def test_the_shipped_adapter_was_trained_for_gircse_only():
     trained = read_trained_for(DEFAULT_ADAPTER)
     assert (trained.method, trained.attention, trained.generation) == ("gircse", "causal", False)

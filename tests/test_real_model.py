@@ -68,3 +68,16 @@ def test_the_default_adapter_follows_the_instruction(default_model):
     emotion = default_model.encode(texts, instruction="Classify the emotion expressed in the given text.")
     intent = default_model.encode(texts, instruction="Given a customer query, find the customer's intent.")
     assert float(emotion[0] @ intent[0]) < 0.99  # the same text, two different embeddings
+
+
+# The shipped "joint" adapter (configs/gircse-smollm2-joint.yaml): the default adapter trained on with a
+# next-token loss too, so the same weights embed, generate and rerank.
+def test_the_joint_adapter_embeds_and_generates_with_one_set_of_weights():
+    import genembed
+
+    joint = genembed.load(adapter="joint", dtype="float32")
+    assert joint.generation_adapter is True and joint.center is True
+    for anchor, paraphrase, unrelated in PAIRS:
+        emb = joint.encode([anchor, paraphrase, unrelated], instruction="Retrieve semantically similar text.", steps=5)
+        assert float(emb[0] @ emb[1] - emb[0] @ emb[2]) > 0.1, anchor
+    assert "Paris" in joint.generate("What is the capital of France?", max_new_tokens=16)
