@@ -49,7 +49,7 @@ default-adapter: $(STAMP)
 
 # Reproduce the shipped "joint" adapter (src/genembed/adapters/smollm2-135m-gircse-joint): the base model's
 # answers to 600 training queries, then 60 steps from the default adapter with ICR plus a next-token loss
-# (17 min and 29 min of CPU here; both resume after an interruption).
+# (17 min beside other jobs, then 31 min of step time on two threads here; both resume after an interruption).
 joint-adapter: $(STAMP)
 	test -f runs/selfgen.jsonl || $(VENV)/bin/genembed make-gen-data ../shared/data/train/*.jsonl \
 		--out runs/selfgen.jsonl --limit 600 --max-new-tokens 80
