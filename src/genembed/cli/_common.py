@@ -22,7 +22,7 @@ AdapterOpt = Annotated[
     typer.Option(
         "--adapter",
         "-a",
-        help="LoRA adapter folder, or a shipped adapter by name (gircse, joint); 'none' for the raw backbone (default: gircse)",
+        help="LoRA adapter folder or shipped adapter name (gircse, joint); 'none': the raw backbone (default: gircse)",
     ),
 ]
 CenterOpt = Annotated[
