@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--mine-limit", type=int, default=500, help="rows sampled per mined file (0: all)")
     parser.add_argument("--merged-base", type=Path, default=REPO / "runs" / "levers" / "default-merged")
     parser.add_argument("--cache", type=Path, default=None, help="embedding cache (default: genembed's)")
-    parser.add_argument("--dtype", default="auto", help="weights dtype at evaluation (as genembed eval)")
+    parser.add_argument("--dtype", default="float32", help="weights dtype at evaluation (the default's table: float32)")
     parser.add_argument("--center", action=argparse.BooleanOptionalAction, default=True, help="as the default")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: the configs')")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every row")
