@@ -42,7 +42,7 @@ import numpy as np
 from .._files import atomic_write
 from ..encoders.corpus import encode_corpus, load_corpus_embeddings
 from ..encoders.settings import EMBEDDING_FIELDS, EmbedSettings
-from .data.contrastive import ContrastiveRow, read_contrastive
+from .data.contrastive import ContrastiveRow, contrastive_row
 from .data.jsonl import iter_jsonl
 
 __all__ = ["MiningResult", "mine_negatives", "normalize_text", "select_negatives"]
@@ -134,9 +134,8 @@ def _read(paths: Sequence[Path], symmetric: Sequence[bool], doc_instruction: str
     """Every row of every file, validated by the training reader and kept raw for writing back."""
     rows = []
     for path, sym in zip(paths, symmetric, strict=True):
-        parsed = read_contrastive(path)  # raises DataError naming file, line and field
-        raws = list(iter_jsonl(path))
-        for (_, raw), row in zip(raws, parsed, strict=True):
+        for line, raw in iter_jsonl(path):
+            row = contrastive_row(raw, path, line)  # raises DataError naming file, line and field
             rows.append(_Row(raw, row, row.instruction if sym else doc_instruction))
     return rows
 

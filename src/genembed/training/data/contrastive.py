@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .jsonl import DataError, iter_jsonl, require_string, require_string_list
 
-__all__ = ["ContrastiveRow", "read_contrastive"]
+__all__ = ["ContrastiveRow", "contrastive_row", "read_contrastive"]
 
 _FIELDS = ("query", "pos", "neg", "instruction", "label")
 
@@ -38,15 +38,17 @@ def read_contrastive(path: str | Path) -> list[ContrastiveRow]:
         DataError: a malformed line, a missing or empty field, or an unknown field; the message names
             the file, the line number and the field.
     """
-    rows = []
-    for line, obj in iter_jsonl(path):
-        unknown = sorted(set(obj) - set(_FIELDS))
-        if unknown:
-            raise DataError(path, line, f"unknown field {unknown[0]!r} (expected {', '.join(_FIELDS)})")
-        query = require_string(obj, "query", path, line)
-        pos = require_string_list(obj, "pos", path, line, min_items=1)
-        neg = require_string_list(obj, "neg", path, line, min_items=0) if "neg" in obj else []
-        instruction = require_string(obj, "instruction", path, line, empty_ok=True) if "instruction" in obj else ""
-        label = require_string(obj, "label", path, line) if "label" in obj else None
-        rows.append(ContrastiveRow(query, tuple(pos), tuple(neg), instruction, label))
-    return rows
+    return [contrastive_row(obj, path, line) for line, obj in iter_jsonl(path)]
+
+
+def contrastive_row(obj: dict, path: str | Path, line: int) -> ContrastiveRow:
+    """One parsed line of a contrastive file as a row (checked; errors name ``path``, ``line`` and the field)."""
+    unknown = sorted(set(obj) - set(_FIELDS))
+    if unknown:
+        raise DataError(path, line, f"unknown field {unknown[0]!r} (expected {', '.join(_FIELDS)})")
+    query = require_string(obj, "query", path, line)
+    pos = require_string_list(obj, "pos", path, line, min_items=1)
+    neg = require_string_list(obj, "neg", path, line, min_items=0) if "neg" in obj else []
+    instruction = require_string(obj, "instruction", path, line, empty_ok=True) if "instruction" in obj else ""
+    label = require_string(obj, "label", path, line) if "label" in obj else None
+    return ContrastiveRow(query, tuple(pos), tuple(neg), instruction, label)
