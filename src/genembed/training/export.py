@@ -22,7 +22,7 @@ from .._files import atomic_write_json
 from ..backbone.cache import atomic_directory
 from .checkpoint import latest_checkpoint, load_checkpoint
 from .config import ConfigError, load_config
-from .lora import load_trainable_state, make_trainable, save_trained
+from .lora import load_trainable_state, save_trained
 
 __all__ = ["export_checkpoint"]
 
@@ -40,7 +40,7 @@ def export_checkpoint(run_dir: str | os.PathLike, out: str | os.PathLike, *, ste
         ConfigError: ``run_dir`` holds no run config or no such checkpoint, or ``out`` already exists.
         DamagedFileError: the checkpoint's files do not match what its ``state.json`` recorded.
     """
-    from .loop import _init_adapter, _load_backbone
+    from .loop import _init_adapter, _load_backbone, trainable_model
 
     run_dir, out = Path(run_dir), Path(out)
     if not (run_dir / _CONFIG).is_file():
@@ -51,15 +51,7 @@ def export_checkpoint(run_dir: str | os.PathLike, out: str | os.PathLike, *, ste
     cfg = load_config(run_dir / _CONFIG)
     saved = load_checkpoint(checkpoint)  # checked (size, digest) before the model is loaded
     backbone = _load_backbone(cfg)
-    model = make_trainable(
-        backbone.model,
-        lora=cfg.lora.enabled,
-        init_from=_init_adapter(cfg.lora.init_from),
-        r=cfg.lora.r,
-        alpha=cfg.lora.alpha,
-        dropout=cfg.lora.dropout,
-        target_modules=cfg.lora.target_modules,
-    )
+    model = trainable_model(cfg, backbone.model, _init_adapter(cfg.lora.init_from))
     load_trainable_state(model, saved["weights"])
     with atomic_directory(out) as tmp:
         save_trained(model.eval(), backbone.tokenizer, tmp)

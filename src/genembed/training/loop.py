@@ -199,15 +199,7 @@ def _build(cfg: RunConfig, resume: bool) -> tuple[_Run, dict[str, Any] | None]:
             tokenizer=backbone.tokenizer,
             max_length=cfg.generative.max_length,
         )
-    model = make_trainable(
-        backbone.model,
-        lora=cfg.lora.enabled,
-        init_from=init_from,
-        r=cfg.lora.r,
-        alpha=cfg.lora.alpha,
-        dropout=cfg.lora.dropout,
-        target_modules=cfg.lora.target_modules,
-    )
+    model = trainable_model(cfg, backbone.model, init_from)
     objective = _build_objective(cfg, model, has_generative=generative is not None)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=tc.lr, weight_decay=tc.weight_decay)
@@ -368,6 +360,21 @@ def _changed_keys(old: Any, new: Any, prefix: str = "") -> set[str]:
         keys = set(old) | set(new)
         return set().union(*(_changed_keys(old.get(k), new.get(k), f"{prefix}{k}.") for k in keys)) if keys else set()
     return set() if old == new else {prefix.rstrip(".")}
+
+
+def trainable_model(cfg: RunConfig, model: Any, init_from: Path | None) -> Any:
+    """``model`` made trainable as ``cfg.lora`` says: a fresh LoRA adapter, the adapter in ``init_from``
+    continued, or every weight (the names a checkpoint's weights are stored under)."""
+    lora = cfg.lora
+    return make_trainable(
+        model,
+        lora=lora.enabled,
+        init_from=init_from,
+        r=lora.r,
+        alpha=lora.alpha,
+        dropout=lora.dropout,
+        target_modules=lora.target_modules,
+    )
 
 
 def _init_adapter(init_from: str | None) -> Path | None:
