@@ -98,16 +98,17 @@ def locked(out: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def save_row(out: Path, results: dict, name: str, entry: dict, markdown: Callable[[dict], str]) -> dict:
-    """Write ``results`` with ``entry`` as run ``name`` to ``out`` (JSON) and ``markdown(results)`` beside it
-    (``.md``), over the runs another lane may have written to ``out`` since this one started; the merged
-    results."""
+def save_row(out: Path, results: dict, name: str | None, entry: dict | None, markdown: Callable[[dict], str]) -> dict:
+    """Write ``results`` with ``entry`` as run ``name`` (none: only rewrite) to ``out`` (JSON) and
+    ``markdown(results)`` beside it (``.md``), over the runs another lane may have written to ``out`` since
+    this one started; the merged results."""
     from genembed.eval.report import atomic_write  # a unique temp file: two lanes may write `out` at once
 
     with locked(out):
         if out.is_file():
             results["runs"] = json.loads(out.read_text())["runs"]
-        results["runs"][name] = entry
+        if name is not None:
+            results["runs"][name] = entry
         atomic_write(out, json.dumps(results, indent=1))
         atomic_write(out.with_suffix(".md"), markdown(results))
     return results

@@ -55,6 +55,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--center", action=argparse.BooleanOptionalAction, default=True, help="as the default")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: the configs')")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every row")
+    parser.add_argument(
+        "--reference",
+        action="append",
+        default=[],
+        metavar="NAME=REPORT",
+        help="a `genembed eval` JSON report shown as a row beside the trained ones (e.g. the shipped default)",
+    )
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "lever_ablation.json")
     args = parser.parse_args(argv)
 
@@ -68,6 +75,10 @@ def main(argv: list[str] | None = None) -> dict:
     results = json.loads(args.out.read_text()) if args.out.is_file() else {}
     results.setdefault("runs", {})
     results["info"] = {"git_commit": git_commit(), "eval": settings, "mine_limit": args.mine_limit}
+    results.setdefault("references", {}).update(_reference(spec, settings) for spec in args.reference)
+    if args.reference:  # in the table even when every row is done
+        results = save_row(args.out, results, None, None, _markdown)
+        _plot(results, args.out.with_suffix(".png"))
     for name, (config, overrides, cfg) in rows.items():
         folder = Path(cfg.train.output_dir)
         done = results["runs"].get(name, {})
@@ -106,6 +117,44 @@ def _row(args: argparse.Namespace, name: str) -> tuple[Path, list[str], Any]:
                 "see configs/gircse-smollm2-v2.yaml)"
             )
     return config, overrides, cfg
+
+
+def _reference(spec: str, settings: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``NAME=REPORT``: a ``genembed eval`` JSON report as a row (its scores at the table's K), with the
+    evaluation settings it shares with the table's or, where they differ, its own."""
+    name, sep, path = spec.partition("=")
+    if not sep or not name or not path:
+        raise SystemExit(f"--reference {spec!r}: expected NAME=REPORT.json")
+    try:
+        report = json.loads(Path(path).read_text())
+        config, views = report["config"], [k for k in STEPS if k in report["config"]["steps"]]
+        tasks = {t["name"]: [t["scores"][f"K={k}"] for k in views] for t in report["tasks"]}
+        details = {t["name"]: t["details"][f"K={MAIN_K}"] for t in report["tasks"] if t["type"] == "instruct"}
+        axes_of = {t["name"]: t["info"]["axes"] for t in report["tasks"] if t["type"] == "instruct"}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SystemExit(f"--reference {spec!r}: not a genembed eval report with K={STEPS}: {exc!r}") from exc
+    if not views:
+        raise SystemExit(f"--reference {spec!r}: the report has none of K={STEPS} (it has {config['steps']})")
+    own = {"tasks": config["tasks"], "limit": config["limit"] or 0, "steps": views, "center": config["center"]}
+    own["dtype"] = config["dtype"]
+    same = [Path(t).name for t in own["tasks"]] == [Path(t).name for t in settings["tasks"]]
+    same = same and all(own[k] == settings[k] for k in ("limit", "steps", "center", "dtype"))
+    entry = {
+        "command": f"genembed eval (report {path}, commit {config.get('git_commit', '?')[:12]})",
+        "eval_settings": settings if same else own,
+        "eval": {"views": views, "tasks": tasks},
+        "mean": [sum(s[i] for s in tasks.values()) / len(tasks) for i in range(len(views))],
+        "axes": {t: {a: _axis(d, a) for a in axes_of[t]} for t, d in details.items()},
+        "train_seconds": 0.0,
+        "final_loss": None,
+    }
+    return name, entry
+
+
+def _axis(details: dict[str, float], axis: str) -> dict[str, float | None]:
+    """One label axis of an instruct task: V-measure under its own instruction and, averaged, the others'."""
+    others = [v for k, v in details.items() if k.startswith(f"cross:{axis}<-")]
+    return {"own": details[f"axis:{axis}"], "other": sum(others) / len(others) if others else None}
 
 
 def _to_mine(args: argparse.Namespace, path: Path) -> bool:
@@ -225,11 +274,7 @@ def _score(args: argparse.Namespace, config: Path, overrides: list[str], tasks: 
     axes = {}
     for task in (t for t in report.tasks if t.type == "instruct"):
         details = task.details[at]
-        axes[task.name] = {}
-        for axis in task.info["axes"]:
-            others = [v for k, v in details.items() if k.startswith(f"cross:{axis}<-")]
-            other = sum(others) / len(others) if others else None
-            axes[task.name][axis] = {"own": details[f"axis:{axis}"], "other": other}
+        axes[task.name] = {axis: _axis(details, axis) for axis in task.info["axes"]}
     return {
         "eval": {"views": report.views, "tasks": {t.name: t.scores for t in report.tasks}},
         "mean": report.mean_scores(),
@@ -247,27 +292,32 @@ def _fmt(value: float | None) -> str:
 
 
 def _markdown(results: dict) -> str:
-    runs = results["runs"]
     info = results["info"]["eval"]
-    tasks = sorted({t for r in runs.values() for t in r["eval"]["tasks"]})
-    axes = sorted({(t, a) for r in runs.values() for t, by in r["axes"].items() for a in by})
+    rows = {**{f"{n} (reference)": r for n, r in results.get("references", {}).items()}, **results["runs"]}
+    tasks = sorted({t for r in rows.values() for t in r["eval"]["tasks"]})
+    axes = sorted({(t, a) for r in rows.values() for t, by in r["axes"].items() for a in by})
+    control = _at(results["runs"]["control"], MAIN_K) if "control" in results["runs"] else None
     lines = [
         "# Lever ablation (benchmarks/lever_ablation.py)",
         "",
         f"Dev mean and task scores at K={MAIN_K}; "
         + (f"at most {info['limit']} rows per file; " if info["limit"] else "all rows; ")
         + ("centred embeddings (as genembed eval by default). " if info["center"] else "uncentred embeddings. ")
-        + "Axes: V-measure of the instruct task's label axis under that axis' own instruction "
-        "(the other axes' instructions in brackets). Train (s): the sum of the optimizer steps' times.",
+        + f"Δ: the row's mean at K={MAIN_K} minus the control's. "
+        "Axes: V-measure of the instruct task's label axis under that axis' own instruction "
+        "(the other axes' instructions in brackets). Train (s): the sum of the optimizer steps' times. "
+        "Reference rows are `genembed eval` reports of models not trained here.",
         "",
     ]
-    head = ["row", "mean K=1", f"**mean K={MAIN_K}**", "mean K=10", *[f"{t} {a}" for t, a in axes], *tasks]
+    head = ["row", "mean K=1", f"**mean K={MAIN_K}**", "Δ", "mean K=10", *[f"{t} {a}" for t, a in axes], *tasks]
     head += ["train (s)", "final loss"]
     lines += ["| " + " | ".join(head) + " |", "| --- |" + " ---: |" * (len(head) - 1)]
-    for name, r in runs.items():
+    for name, r in rows.items():
         views = r["eval"]["views"]
         at = views.index(MAIN_K) if MAIN_K in views else -1
-        cells = [_fmt(_at(r, 1)), f"**{_fmt(_at(r, MAIN_K))}**", _fmt(_at(r, 10))]
+        main = _at(r, MAIN_K)
+        delta = "-" if main is None or control is None else f"{main - control:+.2f}"
+        cells = [_fmt(_at(r, 1)), f"**{_fmt(main)}**", delta, _fmt(_at(r, 10))]
         for task, axis in axes:
             score = r["axes"].get(task, {}).get(axis)
             cells.append(f"{_fmt(score['own'])} ({_fmt(score['other'])})" if score else "-")
@@ -275,10 +325,10 @@ def _markdown(results: dict) -> str:
         cells += [f"{r['train_seconds']:.0f}", _fmt(r["final_loss"])]
         flag = "" if r["eval_settings"] == info else " (*)"
         lines.append(f"| {name}{flag} | " + " | ".join(cells) + " |")
-    if any(r["eval_settings"] != info for r in runs.values()):
+    if any(r["eval_settings"] != info for r in rows.values()):
         lines += ["", "(*) scored with other evaluation settings than the rest (see `eval_settings` in the JSON)."]
     lines += ["", "Commands (from the repository root):", ""]
-    lines += [f"- {name}: `{r['command']}`" for name, r in runs.items()]
+    lines += [f"- {name}: `{r['command']}`" for name, r in rows.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -292,6 +342,8 @@ def _plot(results: dict, path: Path) -> None:
     from genembed.eval.report import atomic_write
 
     fig, ax = plt.subplots(figsize=(6, 4))
+    for name, r in results.get("references", {}).items():
+        ax.plot(r["eval"]["views"], r["mean"], marker="s", linestyle="--", color="grey", label=f"{name} (reference)")
     for name, r in results["runs"].items():
         ax.plot(r["eval"]["views"], r["mean"], marker="o", label=name)
     ax.set_xlabel("K (soft tokens at test time)")

@@ -153,3 +153,40 @@ def test_gircse_ablations_share_the_row_code(load_script, toy_tasks, tmp_path, m
     assert runs["mean"]["overrides"][-1] == "embedding.method=mean"
     assert all(math.isfinite(r["final_loss"]) and r["train_seconds"] > 0 for r in runs.values())
     assert "| full |" in out.with_suffix(".md").read_text()
+
+
+def test_a_genembed_eval_report_is_a_reference_row(script, toy_tasks, tiny_model, tmp_path):
+    from genembed.eval import EmbeddingCache, GenembedEncoder, evaluate
+
+    tasks = [toy_tasks / "toy-sts", toy_tasks / "toy-instruct"]
+    encoder = GenembedEncoder(tiny_model, method="gircse", steps=[1, 3, 5, 10], center=True)
+    report_path = tmp_path / "shipped.json"
+    report = evaluate(encoder, tasks, cache=EmbeddingCache(tmp_path / "cache.sqlite"), out=report_path)
+    levers, out = tmp_path / "levers", tmp_path / "results" / "levers.json"
+    levers.mkdir()  # no rows to train: the table holds the reference only
+    argv = ["--configs", str(levers), "--tasks", *map(str, tasks), "--out", str(out), "--dtype", "float32"]
+    results = script.main([*argv, "--reference", f"shipped={report_path}"])
+
+    row = results["references"]["shipped"]
+    assert row["eval"]["views"] == [1, 5, 10]
+    scores = {t.name: t.scores for t in report.tasks}  # report views are K=1, 3, 5, 10
+    assert row["eval"]["tasks"] == {name: [s[0], s[2], s[3]] for name, s in scores.items()}
+    assert row["mean"] == pytest.approx([report.mean_scores()[i] for i in (0, 2, 3)])
+    instruct = next(t for t in report.tasks if t.type == "instruct").details[2]
+    assert row["axes"]["toy-instruct"]["domain"] == {
+        "own": instruct["axis:domain"],
+        "other": instruct["cross:domain<-sentiment"],
+    }
+    assert row["eval_settings"] == results["info"]["eval"]  # same tasks, K, centring and dtype: no flag
+    md = out.with_suffix(".md").read_text()
+    line = next(x for x in md.splitlines() if x.startswith("| shipped (reference) |"))
+    assert f"**{row['mean'][1]:.2f}** | - |" in line  # no control row: no delta
+    assert json.loads(out.read_text())["references"] == results["references"]
+    assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+    # a reference kept from an earlier run survives a run without --reference
+    assert script.main(argv)["references"] == results["references"]
+
+    with pytest.raises(SystemExit, match=r"--reference 'shipped': expected NAME=REPORT.json"):
+        script.main([*argv, "--reference", "shipped"])
+    with pytest.raises(SystemExit, match=r"--reference 'x=.*nope.json': not a genembed eval report"):
+        script.main([*argv, "--reference", f"x={tmp_path / 'nope.json'}"])
