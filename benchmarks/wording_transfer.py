@@ -120,7 +120,7 @@ def main() -> None:
     import torch
 
     import genembed
-    from genembed._files import atomic_write_json
+    from genembed._files import atomic_write_json, atomic_write_text
 
     torch.set_num_threads(args.threads)
     wordings = json.loads(args.wordings.read_text(encoding="utf-8"))
@@ -154,7 +154,7 @@ def main() -> None:
     suffix = f"-{Path(args.adapter).name}" if args.adapter else ""
     out = args.out or REPO / "benchmarks" / "results" / f"wording_transfer{suffix}.json"
     atomic_write_json(out, report)
-    out.with_suffix(".md").write_text(markdown(report), encoding="utf-8")
+    atomic_write_text(out.with_suffix(".md"), markdown(report))
     print(markdown(report))
 
 
