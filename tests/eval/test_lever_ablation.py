@@ -190,3 +190,30 @@ def test_a_genembed_eval_report_is_a_reference_row(script, toy_tasks, tiny_model
         script.main([*argv, "--reference", "shipped"])
     with pytest.raises(SystemExit, match=r"--reference 'x=.*nope.json': not a genembed eval report"):
         script.main([*argv, "--reference", f"x={tmp_path / 'nope.json'}"])
+
+
+def test_every_shipped_lever_config_loads_with_its_data(script):
+    """The real rows: each file in benchmarks/configs/levers loads, writes to its own folder, trains on
+    files that exist (those the runner or make-gen-data writes under runs/ aside) and differs from the
+    control."""
+    import dataclasses
+
+    from genembed.training import load_config
+
+    shared = script.SHARED / "train"
+    if not shared.is_dir():
+        pytest.skip("../shared/data/train is not here")
+    configs = sorted(script.LEVERS.glob("*.yaml"))
+    assert {"control", "reviews_axes", "reviews_heavy", "joint_gen", "all"} <= {p.stem for p in configs}
+    control = load_config(script.LEVERS / "control.yaml")
+    for path in configs:
+        cfg = load_config(path)
+        assert Path(cfg.train.output_dir).name == path.stem, path.name
+        for item in [*cfg.data.files, *cfg.generative.files]:
+            made_here = "runs" in Path(item.path).parts
+            assert made_here or Path(item.path).is_file(), f"{path.name}: {item.path}"
+        if path.stem != "control":  # a lever changes something besides where the run is written
+            same_folder = dataclasses.replace(cfg.train, output_dir=control.train.output_dir)
+            assert dataclasses.replace(cfg, train=same_folder) != control, path.name
+    heavy = load_config(script.LEVERS / "reviews_heavy.yaml").data.files
+    assert [f.weight for f in heavy if Path(f.path).name == "reviews.jsonl"] == [26000]
