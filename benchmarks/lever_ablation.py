@@ -2,8 +2,8 @@
 
 The rows are the config files of ``benchmarks/configs/levers/``: ``control.yaml`` (the shipped adapter
 continued with the first campaign's recipe at K=10 for 40 steps) and one file per lever holding only
-what differs from it (``sym_cls``, ``reviews_axes``, ``reviews_heavy``, ``batch64``, ``doc128``, ``mined``, ``distill``,
-``lora_r32``, ``full_ft``, ``joint_gen``, and ``all`` of them together). Each file's header says what its
+what differs from it (``sym_cls``, ``reviews_axes``, ``reviews_heavy``, ``batch64``, ``doc128``, ``mined``,
+``distill``, ``lora_r32``, ``full_ft``, ``joint_gen``, and ``all`` of them together). Each file's header says what its
 row tests. Per row: train (resuming), then ``genembed.eval.evaluate`` on the dev tasks at K=1, 5 and 10
 from one encoding pass. What a row needs is made first: hard negatives mined by the row's starting model
 for data files under ``--runs`` that do not exist yet (``genembed mine-negatives`` on a seeded sample of
@@ -129,6 +129,7 @@ def _reference(spec: str, settings: dict[str, Any]) -> tuple[str, dict[str, Any]
         report = json.loads(Path(path).read_text())
         config, views = report["config"], [k for k in STEPS if k in report["config"]["steps"]]
         tasks = {t["name"]: [t["scores"][f"K={k}"] for k in views] for t in report["tasks"]}
+        mean = [report["mean"]["scores"][f"K={k}"] for k in views]
         details = {t["name"]: t["details"][f"K={MAIN_K}"] for t in report["tasks"] if t["type"] == "instruct"}
         axes_of = {t["name"]: t["info"]["axes"] for t in report["tasks"] if t["type"] == "instruct"}
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -143,9 +144,9 @@ def _reference(spec: str, settings: dict[str, Any]) -> tuple[str, dict[str, Any]
         "command": f"genembed eval (report {path}, commit {config.get('git_commit', '?')[:12]})",
         "eval_settings": settings if same else own,
         "eval": {"views": views, "tasks": tasks},
-        "mean": [sum(s[i] for s in tasks.values()) / len(tasks) for i in range(len(views))],
+        "mean": mean,
         "axes": {t: {a: _axis(d, a) for a in axes_of[t]} for t, d in details.items()},
-        "train_seconds": 0.0,
+        "train_seconds": None,  # not trained here
         "final_loss": None,
     }
     return name, entry
@@ -322,7 +323,8 @@ def _markdown(results: dict) -> str:
             score = r["axes"].get(task, {}).get(axis)
             cells.append(f"{_fmt(score['own'])} ({_fmt(score['other'])})" if score else "-")
         cells += [_fmt(r["eval"]["tasks"][t][at]) if t in r["eval"]["tasks"] else "-" for t in tasks]
-        cells += [f"{r['train_seconds']:.0f}", _fmt(r["final_loss"])]
+        seconds = r["train_seconds"]
+        cells += ["-" if seconds is None else f"{seconds:.0f}", _fmt(r["final_loss"])]
         flag = "" if r["eval_settings"] == info else " (*)"
         lines.append(f"| {name}{flag} | " + " | ".join(cells) + " |")
     if any(r["eval_settings"] != info for r in rows.values()):

@@ -181,6 +181,7 @@ def test_a_genembed_eval_report_is_a_reference_row(script, toy_tasks, tiny_model
     md = out.with_suffix(".md").read_text()
     line = next(x for x in md.splitlines() if x.startswith("| shipped (reference) |"))
     assert f"**{row['mean'][1]:.2f}** | - |" in line  # no control row: no delta
+    assert line.endswith("| - | - |")  # not trained here: no training time, no loss
     assert json.loads(out.read_text())["references"] == results["references"]
     assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
     # a reference kept from an earlier run survives a run without --reference
