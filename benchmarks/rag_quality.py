@@ -36,6 +36,14 @@ documents' centre before timing either build):
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rag_quality.py --threads 1 --sets wikiqa --build-only
 
 Other models: ``--adapter none`` (the raw backbone), ``--adapter runs/grit-smollm2 --method grit``.
+
+Selective recomputation (CacheBlend; :mod:`genembed.retrieval.kv_blend`): ``--recompute 0.2`` adds a
+variant ``<mode>@0.2`` of every caching mode, recomputing that share of the isolated cached tokens;
+``--variants`` runs only the named variants (e.g. the plain rows and the doc-caching modes):
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rag_quality.py --threads 1 --recompute 0.2 \
+        --variants none_doc_first none_query_first query doc docquery querydoc \
+                   query@0.2 doc@0.2 docquery@0.2 querydoc@0.2
 """
 
 from __future__ import annotations
@@ -143,6 +151,21 @@ def build(model, docs: list[dict], folder: Path, config, *, store_kv: bool):
     return index, time.perf_counter() - t0
 
 
+def variants(recompute: list[float], names: list[str] | None) -> dict[str, tuple[str | None, str | None, float]]:
+    """name -> (cache mode, order, share recomputed): VARIANTS, one ``mode@share`` per caching mode and
+    share, then only ``names`` (in that order) when given."""
+    table = {name: (mode, order, 0.0) for name, (mode, order) in VARIANTS.items()}
+    for share in recompute:
+        for name in ("query", "doc", "docquery", "querydoc"):
+            table[f"{name}@{share:g}"] = (*VARIANTS[name], share)
+    if names is None:
+        return table
+    unknown = [n for n in names if n not in table]
+    if unknown:
+        raise SystemExit(f"unknown variants {unknown}; known: {', '.join(table)}")
+    return {n: table[n] for n in names}
+
+
 def run_set(model, name: str, questions: list[dict], index, settings: tuple[str, ...], args) -> dict:
     from genembed.generation.chat import chat_prompt_ids
     from genembed.retrieval.context import Context
@@ -151,6 +174,7 @@ def run_set(model, name: str, questions: list[dict], index, settings: tuple[str,
     tok = model.backbone.tokenizer
     rows_by_doc = {c.doc_id: c.row for c in index.chunks}
     place = random.Random(args.seed)
+    table = variants(args.recompute, args.variants)
     per_question = []
     for n, item in enumerate(questions):
         query, sources = retrieve(model, index, item["question"], top_k=args.top_k + 1, keep_query_kv=True)
@@ -166,14 +190,16 @@ def run_set(model, name: str, questions: list[dict], index, settings: tuple[str,
         row = {"question": item["question"], "gold": item["gold"], "hit": hit}
         row["retrieved_ids"] = {k: [s.id for s in passages[k]] for k in settings}
         for setting in settings:
-            for variant, (mode, order) in VARIANTS.items():
+            for variant, (mode, order, share) in table.items():
                 if mode is None and setting != settings[0]:
                     row[f"{setting}/{variant}"] = row[f"{settings[0]}/{variant}"]  # no passages either way
                     continue
                 if mode is None:
                     context = Context(None, chat_prompt_ids(tok, item["question"]), 0, [])
                 else:
-                    context = build_context(model, index, query, passages[setting], mode=mode, order=order)
+                    context = build_context(
+                        model, index, query, passages[setting], mode=mode, order=order, recompute=share
+                    )
                 nll = gold_nll(model, context, gold_ids)
                 answer = "".join(generate_from_context(model, context, max_new_tokens=args.max_new_tokens)).strip()
                 row[f"{setting}/{variant}"] = {
@@ -183,7 +209,7 @@ def run_set(model, name: str, questions: list[dict], index, settings: tuple[str,
                     "gold_nll": nll,
                 }
         per_question.append(row)
-        cells = " ".join(f"{v}={row[f'{settings[-1]}/{v}']['f1']:.2f}" for v in VARIANTS)
+        cells = " ".join(f"{v}={row[f'{settings[-1]}/{v}']['f1']:.2f}" for v in table)
         print(f"{name} [{n + 1}/{len(questions)}] hit={hit} {settings[-1]} F1: {cells}", flush=True)
     subsets = {"retrieved": ("retrieved", per_question)}
     subsets["retrieved_hit"] = ("retrieved", [r for r in per_question if r["hit"]])
@@ -192,7 +218,7 @@ def run_set(model, name: str, questions: list[dict], index, settings: tuple[str,
     summary = {}
     for subset, (setting, rows) in subsets.items():
         summary[subset] = {"questions": len(rows)}
-        for variant in VARIANTS:
+        for variant in table:
             cells = [r[f"{setting}/{variant}"] for r in rows]
             summary[subset][variant] = {
                 key: (scale * statistics.fmean(float(c[key]) for c in cells) if cells else None)
@@ -215,6 +241,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--recompute", type=float, nargs="*", default=[], help="shares for <mode>@<share> variants")
+    parser.add_argument("--variants", nargs="+", default=None, help="run only these variants (default: all)")
     parser.add_argument("--build-only", action="store_true", help="only the build time and size table")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "rag_quality")
     args = parser.parse_args()
@@ -269,6 +297,7 @@ def main() -> None:
     report["total_s"] = time.perf_counter() - t0
     args.out.mkdir(parents=True, exist_ok=True)
     suffix = ("default" if args.adapter is None else Path(args.adapter).name) + ("_build" if args.build_only else "")
+    suffix += "".join(f"_recompute{share:g}" for share in args.recompute)
     path = args.out / f"rag_quality_{args.method}_{suffix}.json"
     path.write_text(json.dumps(report, indent=2, ensure_ascii=False))
     for name, result in report["sets"].items():

@@ -37,6 +37,11 @@ def test_build_add_info_and_ask(model_dir, docs_file, more_file, tmp_path):
     assert "sources" in result.output and "cache=doc (doc_first)" in result.output
     listed = re.findall(r"│ [12] │ (\w+#\d+) ", result.output)  # the sources' chunk ids
     assert len(listed) == 2 and set(listed) <= {c.id for c in Index.load(out).chunks}
+    assert "(0 recomputed)" in result.output
+    args = ["ask", str(out), "capital of France?", "--cache", "doc", "--top-k", "2", "--recompute", "1"]
+    result = runner.invoke(app, args)  # every token of the second passage
+    recomputed = re.search(r"\((\d+) recomputed\)", result.output)
+    assert result.exit_code == 0 and recomputed and int(recomputed.group(1)) > 0, result.output
 
 
 def test_cli_errors_are_clean(model_dir, docs_file, tmp_path):
@@ -53,6 +58,8 @@ def test_cli_errors_are_clean(model_dir, docs_file, tmp_path):
     assert result.exit_code == 2 and "not a genembed index" in result.output
     result = runner.invoke(app, ["ask", str(tmp_path / "plain"), "q?", "--cache", "everything"])
     assert result.exit_code == 2 and "cache mode must be one of" in result.output
+    result = runner.invoke(app, ["ask", str(tmp_path / "plain"), "q?", "--recompute", "1.5"])
+    assert result.exit_code == 2 and "--recompute" in result.output
     result = _build(model_dir, [docs_file], tmp_path / "x", "--overlap", "12")
     assert result.exit_code == 2 and "--overlap (12) must be smaller" in result.output
     assert "Traceback" not in result.output

@@ -337,3 +337,61 @@ def test_mode_errors(tiny_model, docs_file, tmp_path):
     assert mode_layout("querydoc") == ("query_first", True, True)
     # query caching needs no stored states
     assert ask(tiny_model, index, QUESTION, cache="query", max_new_tokens=1).cached_tokens > 0
+
+
+def _isolated(context: Context) -> list[int]:
+    """Positions of cached segments placed after a segment other than the head."""
+    after_first = [seg for seg in context.layout[:-1] if seg[0] != "head"][1:]
+    return [p for _, start, stop, cached in after_first if cached for p in range(start, stop)]
+
+
+@pytest.mark.parametrize("mode", CACHED_MODES)
+def test_recomputing_every_isolated_token_gives_plain_rag(tiny_model, docs_file, tmp_path, mode):
+    index = _index(tiny_model, docs_file, tmp_path, "mean")
+    query, sources = retrieve(tiny_model, index, QUESTION, top_k=3, keep_query_kv=True)
+    plain = build_context(tiny_model, index, query, sources, mode="none", order=mode_layout(mode)[0])
+    isolated = build_context(tiny_model, index, query, sources, mode=mode)
+    blended = build_context(tiny_model, index, query, sources, mode=mode, recompute=1.0)
+    assert isolated.recomputed == 0 and blended.recomputed == len(_isolated(blended)) > 0
+    assert blended.total_tokens == plain.total_tokens and blended.layout == isolated.layout
+    tokens, logits = _greedy(tiny_model, blended)
+    plain_tokens, plain_logits = _greedy(tiny_model, plain)
+    assert tokens == plain_tokens
+    torch.testing.assert_close(logits, plain_logits, atol=1e-4, rtol=1e-4)
+    assert (_greedy(tiny_model, isolated, 1)[1] - plain_logits).abs().max() > 2e-4  # what was recovered
+
+
+def test_blend_recomputes_the_tokens_that_isolation_changed_most(tiny_model, docs_file, tmp_path):
+    """The chosen tokens are the top share by layer-1 deviation from a full pass, their layer-1 states
+    become exact (layer 0 never depends on other tokens), and the kept states stay as they were."""
+    from genembed.retrieval.kv_blend import blend, deviations
+
+    index = _index(tiny_model, docs_file, tmp_path, "mean")
+    query, sources = retrieve(tiny_model, index, QUESTION, top_k=3)
+    context = build_context(tiny_model, index, query, sources, mode="doc")
+    plain = build_context(tiny_model, index, query, sources, mode="none")
+    full = _full_pass(tiny_model, plain)
+    past = context.past_tokens
+    ids = plain.fresh_ids[:past]
+    (k1, v1), (fk1, fv1) = cache_layers(context.cache)[1], full[1]
+    expected = (
+        (k1 - fk1[..., :past, :]).square().sum((0, 1, 3)) + (v1 - fv1[..., :past, :]).square().sum((0, 1, 3))
+    ).sqrt()
+    lm = tiny_model.backbone.model
+    torch.testing.assert_close(deviations(lm, context.cache, ids), expected, atol=1e-5, rtol=1e-4)
+    candidates = _isolated(context)
+    assert expected[: candidates[0]].max() < 1e-4 < expected[candidates].max()  # head and first passage are exact
+    before = [(k.clone(), v.clone()) for k, v in cache_layers(context.cache)]
+    cache, chosen = blend(lm, context.cache, ids, candidates, 0.25)
+    n = -(-len(candidates) // 4)
+    assert chosen == sorted(torch.tensor(candidates)[expected[candidates].topk(n).indices].tolist())
+    kept = [p for p in range(past) if p not in chosen]
+    for layer, ((k, v), (bk, bv)) in enumerate(zip(cache_layers(cache), before, strict=True)):
+        torch.testing.assert_close(k[..., : len(kept), :], bk[..., kept, :], atol=0, rtol=0)
+        torch.testing.assert_close(v[..., : len(kept), :], bv[..., kept, :], atol=0, rtol=0)
+        if layer <= 1:
+            torch.testing.assert_close(k[..., len(kept) :, :], full[layer][0][..., chosen, :], atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(v[..., len(kept) :, :], full[layer][1][..., chosen, :], atol=1e-5, rtol=1e-4)
+    with pytest.raises(ValueError, match=r"recompute must be in \[0, 1\], got 1.5"):
+        build_context(tiny_model, index, query, sources, mode="doc", recompute=1.5)
+    assert blend(lm, cache, ids, candidates, 0.0) == (cache, [])

@@ -21,6 +21,15 @@ def ask(
     order: Annotated[
         str | None, typer.Option("--order", help="doc_first (default) or query_first; querydoc/docquery fix it")
     ] = None,
+    recompute: Annotated[
+        float,
+        typer.Option(
+            "--recompute",
+            min=0.0,
+            max=1.0,
+            help="share of isolated cached tokens to recompute (cached segments after the first; 0: none)",
+        ),
+    ] = 0.0,
     rerank: Annotated[bool, typer.Option("--rerank", help="rerank retrieved passages generatively")] = False,
     top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="passages put in the prompt")] = 3,
     candidates: Annotated[int, typer.Option("--candidates", min=1, help="passages retrieved for --rerank")] = 10,
@@ -83,6 +92,7 @@ def ask(
             temperature=temperature,
             seed=seed,
             filter=filter,
+            recompute=recompute,
             repetition_penalty=repetition_penalty,
             **({} if no_repeat_ngram is None else {"no_repeat_ngram_size": no_repeat_ngram}),
             on_text=lambda piece: console.print(piece, end="", markup=False, highlight=False),
@@ -104,6 +114,6 @@ def ask(
     parts = [f"{k} {t[k]:.2f}s" for k in ("embed_query", "search", "rerank", "first_token", "total") if k in t]
     console.print(
         f"cache={answer.mode} ({answer.order}); prompt {answer.prompt_tokens} tokens, {answer.cached_tokens} from "
-        f"KV states; {answer.new_tokens} new tokens; " + ", ".join(parts),
+        f"KV states ({answer.recomputed_tokens} recomputed); {answer.new_tokens} new tokens; " + ", ".join(parts),
         style="dim",
     )

@@ -32,7 +32,8 @@ the head; a cached segment's keys are rotated from where they were computed to t
 the cache first (e.g. ``query`` in doc_first order: passages computed, then the query's states
 appended). What caching changes: a cached segment attended to the head but not to the segments
 before it (isolation). The first segment after the head is exact: its states equal those of a full
-causal pass (tested to 1e-4 in float32).
+causal pass (tested to 1e-4 in float32). ``recompute`` recomputes a share of the isolated tokens
+(:mod:`genembed.retrieval.kv_blend`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from typing import Any
 import torch
 
 from ..backbone.attention import run_decoder
+from .kv_blend import blend
 from .kv_ops import KV, build_cache, shift_keys
 
 __all__ = ["MODES", "ORDERS", "Context", "Segment", "assemble", "mode_layout"]
@@ -82,7 +84,8 @@ def mode_layout(mode: str, order: str | None = None) -> tuple[str, bool, bool]:
 @dataclass
 class Segment:
     """One segment: its token ids and, when it comes from a cache, its KV states computed at positions
-    ``at .. at + L - 1`` (``at`` = the head's length for a segment computed after the head)."""
+    ``at .. at + L - 1`` (``at`` = the head's length for a segment computed after the head). The head is
+    the segment named ``"head"``: cached segments after another segment are isolated from it."""
 
     name: str
     ids: list[int]
@@ -100,6 +103,7 @@ class Context:
         cached_tokens: positions whose states came from KV states made beforehand (not computed here).
         layout: ``(name, start, stop, cached)`` per segment and for the tail, in prompt order.
         prefilled: computed positions already in ``cache`` (segments before a cached one).
+        recomputed: cached positions whose states were recomputed in place (``assemble``'s ``recompute``).
     """
 
     cache: Any
@@ -107,6 +111,7 @@ class Context:
     cached_tokens: int
     layout: list[tuple[str, int, int, bool]]
     prefilled: int = 0
+    recomputed: int = 0
 
     @property
     def past_tokens(self) -> int:
@@ -118,7 +123,7 @@ class Context:
         return self.past_tokens + len(self.fresh_ids)
 
 
-def assemble(model: Any, segments: list[Segment], tail: list[int]) -> Context:
+def assemble(model: Any, segments: list[Segment], tail: list[int], *, recompute: float = 0.0) -> Context:
     """Place segments back to back from position 0 and build the cache up to the last cached segment.
 
     Cached segments (those with ``kv``) have their keys rotated from where they were computed
@@ -126,14 +131,23 @@ def assemble(model: Any, segments: list[Segment], tail: list[int]) -> Context:
     cached one are run through ``model`` (causal) into the cache first. Run it with the generation
     weights active (:func:`~genembed.generation.adapters.adapter_mode`).
 
+    Args:
+        recompute: share of the isolated cached tokens (in cached segments placed after a segment other
+            than the head) to recompute through every layer, those isolation changed most
+            (:func:`~genembed.retrieval.kv_blend.blend`); 0 keeps every cached state, 1 gives a full pass.
+
     Raises:
-        ValueError: states whose length is not the segment's.
+        ValueError: states whose length is not the segment's, or a share outside ``[0, 1]``.
     """
+    if not 0.0 <= recompute <= 1.0:
+        raise ValueError(f"recompute must be in [0, 1], got {recompute}")
     dtype = next(model.parameters()).dtype
     device = next(model.parameters()).device
     cache, past, cached_tokens = None, 0, 0
     layout: list[tuple[str, int, int, bool]] = []
     pending: list[int] = []
+    placed: list[int] = []  # ids in the cache, by position
+    isolated: list[int] = []  # cached positions that did not attend to the segments before them
     for seg in segments:
         if not seg.ids:  # e.g. a prompt without a head
             continue
@@ -144,7 +158,11 @@ def assemble(model: Any, segments: list[Segment], tail: list[int]) -> Context:
                 raise ValueError(f"segment {seg.name!r}: {keys.shape[2]} cached positions for {len(seg.ids)} tokens")
             if pending:
                 cache = _prefill(model, cache, pending, past)
+                placed.extend(pending)
                 past, pending = past + len(pending), []
+            if any(name != "head" for name, *_ in layout):
+                isolated.extend(range(past, past + len(seg.ids)))
+            placed.extend(seg.ids)
             keys = shift_keys(model, keys.to(dtype), past - seg.at).to(device)
             cache = _append(cache, keys, values.to(dtype).to(device))
             past, cached_tokens = past + len(seg.ids), cached_tokens + len(seg.ids)
@@ -154,7 +172,12 @@ def assemble(model: Any, segments: list[Segment], tail: list[int]) -> Context:
         layout.append((seg.name, start, start + len(seg.ids), cached))
     start = layout[-1][2] if layout else 0
     layout.append(("tail", start, start + len(tail), False))
-    return Context(cache, pending + list(tail), cached_tokens, layout, prefilled=past - cached_tokens)
+    recomputed: list[int] = []
+    if recompute > 0 and isolated:
+        cache, recomputed = blend(model, cache, placed, isolated, recompute)
+    return Context(
+        cache, pending + list(tail), cached_tokens, layout, prefilled=past - cached_tokens, recomputed=len(recomputed)
+    )
 
 
 def _append(cache: Any, keys: torch.Tensor, values: torch.Tensor) -> Any:

@@ -72,7 +72,8 @@ class Answer:
 
     ``timings`` (seconds since the call started unless noted): ``embed_query``, ``search``, ``rerank``
     (durations), ``first_token`` (time to first token), ``total``. Token counts: ``prompt_tokens``
-    (the whole context), ``cached_tokens`` (taken from KV states), ``new_tokens`` (generated).
+    (the whole context), ``cached_tokens`` (taken from KV states; ``recomputed_tokens`` of them recomputed),
+    ``new_tokens`` (generated).
     """
 
     question: str
@@ -84,6 +85,7 @@ class Answer:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     new_tokens: int = 0
+    recomputed_tokens: int = 0
 
 
 def retrieve(
@@ -137,6 +139,7 @@ def build_context(
     mode: str = "none",
     order: str | None = None,
     prompt: RagPrompt | None = None,
+    recompute: float = 0.0,
 ) -> Context:
     """Lay out ``[head] [passages] [query] [tail]`` (or the query first) and take the mode's segments from caches.
 
@@ -149,6 +152,8 @@ def build_context(
     Args:
         prompt: the prompt's text (default: the one the index's KV states were made for, else
             :class:`~genembed.retrieval.rag_prompt.RagPrompt`'s defaults).
+        recompute: share of the isolated cached tokens (cached segments after the first) recomputed
+            with the passages before them in view (:mod:`~genembed.retrieval.kv_blend`); 0: none.
 
     Raises:
         ValueError: the index stores no KV states for a doc-caching mode.
@@ -182,7 +187,7 @@ def build_context(
     segments = [q_seg, *d_segs] if order == "query_first" else [*d_segs, q_seg]
     lm = model.backbone.model
     with adapter_mode(lm, bool(getattr(model, "generation_adapter", False))):  # prefills run the generator
-        context = assemble(lm, [Segment("head", head, head_kv), *segments], prompt.tail_ids(tok))
+        context = assemble(lm, [Segment("head", head, head_kv), *segments], prompt.tail_ids(tok), recompute=recompute)
     limit = getattr(model.backbone.model.config, "max_position_embeddings", None)
     if limit is not None and context.total_tokens >= limit:
         raise ValueError(f"the RAG prompt has {context.total_tokens} tokens; the model's context holds {limit}")
@@ -217,6 +222,7 @@ def ask(
     repetition_penalty: float = 1.0,
     on_text: Callable[[str], None] | None = None,
     filter: str | None = None,
+    recompute: float = 0.0,
 ) -> Answer:
     """Retrieve passages for ``question`` and generate an answer with them in context.
 
@@ -239,6 +245,9 @@ def ask(
         on_text: called with each piece of answer text as it is generated (streaming).
         filter: retrieve only chunks matching this metadata expression (a Milvus store, e.g.
             ``'source like "docs/%"'``).
+        recompute: share of the isolated cached tokens to recompute, those whose states isolation changed
+            most (CacheBlend; :mod:`~genembed.retrieval.kv_blend`): 0 keeps every cached state, 1 equals
+            plain RAG. Only the cached segments after the first are concerned.
 
     Returns:
         The :class:`Answer` with its sources, timings and token counts.
@@ -266,7 +275,7 @@ def ask(
         timings=timings,
         filter=filter,
     )
-    context = build_context(model, index, query, sources, mode=cache, order=order)
+    context = build_context(model, index, query, sources, mode=cache, order=order, recompute=recompute)
     pieces, stats = [], {}
     for piece in generate_from_context(
         model,
@@ -295,6 +304,7 @@ def ask(
         prompt_tokens=context.total_tokens,
         cached_tokens=context.cached_tokens,
         new_tokens=stats.get("new_tokens", 0),
+        recomputed_tokens=context.recomputed,
     )
 
 
