@@ -205,7 +205,8 @@ def test_every_shipped_lever_config_loads_with_its_data(script):
     if not shared.is_dir():
         pytest.skip("../shared/data/train is not here")
     configs = sorted(script.LEVERS.glob("*.yaml"))
-    assert {"control", "reviews_axes", "reviews_heavy", "joint_gen", "all"} <= {p.stem for p in configs}
+    rows = {p.stem for p in configs}
+    assert {"control", "control_seed2", "reviews_axes", "reviews_heavy", "joint_gen", "all"} <= rows
     control = load_config(script.LEVERS / "control.yaml")
     for path in configs:
         cfg = load_config(path)
