@@ -22,6 +22,13 @@ Run (one thread; about 10 minutes for the first, 5 for the second):
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rag_latency.py --lengths 4000 --threads 1
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rag_latency.py --lengths 4000 --threads 1 \
         --adapter none --prompt matching --modes none query docquery --sweeps query --no-storage
+
+Selective recomputation (:mod:`genembed.retrieval.kv_blend`) matters only with several passages (the
+first one after the head is exact): ``--passages 4`` splits the long passage into four retrieved ones of
+a quarter of its length each, and ``--recompute 0.2`` adds a ``<mode>@0.2`` row per caching mode:
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rag_latency.py --lengths 4000 --threads 1 --sweeps doc \
+        --passages 4 --modes none doc docquery --recompute 0.2 --no-storage
 """
 
 from __future__ import annotations
@@ -50,16 +57,18 @@ def _text_of(tokenizer, n_tokens: int, seed_text: str) -> str:
     return tokenizer.decode(ids)
 
 
-def _one_run(model, index, question: str, mode: str, new_tokens: int) -> dict[str, float]:
+def _one_run(
+    model, index, question: str, mode: str, new_tokens: int, *, top_k: int = 1, recompute: float = 0.0
+) -> dict[str, float]:
     from genembed.generation.adapters import adapter_mode
     from genembed.generation.decoding import decode_stream
     from genembed.retrieval.context import fresh_input, mode_layout
     from genembed.retrieval.rag import build_context, retrieve
 
     start = time.perf_counter()
-    query, sources = retrieve(model, index, question, top_k=1, keep_query_kv=mode_layout(mode)[1])
+    query, sources = retrieve(model, index, question, top_k=top_k, keep_query_kv=mode_layout(mode)[1])
     t_retrieved = time.perf_counter()
-    context = build_context(model, index, query, sources, mode=mode)
+    context = build_context(model, index, query, sources, mode=mode, recompute=recompute)
     t_assembled = time.perf_counter()
     ids, mask, positions = fresh_input(context, "cpu")
     with adapter_mode(model.backbone.model, model.generation_adapter):  # the generation weights
@@ -83,6 +92,7 @@ def _one_run(model, index, question: str, mode: str, new_tokens: int) -> dict[st
         "new_tokens": n,
         "prompt_tokens": context.total_tokens,
         "cached_tokens": context.cached_tokens,
+        "recomputed_tokens": context.recomputed,
     }
 
 
@@ -140,6 +150,8 @@ def main() -> None:
     parser.add_argument("--prompt", default="default", choices=["default", "matching"], help="the RAG prompt")
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES, help="modes (none always runs)")
     parser.add_argument("--sweeps", nargs="+", default=["query", "doc"], choices=["query", "doc"])
+    parser.add_argument("--passages", type=int, default=1, help="passages the long side is split into (doc sweep)")
+    parser.add_argument("--recompute", type=float, nargs="*", default=[], help="shares for <mode>@<share> rows")
     parser.add_argument("--no-storage", action="store_true", help="skip the KV storage measurement")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "rag_latency")
@@ -161,6 +173,8 @@ def main() -> None:
     if args.prompt == "matching":
         prompt = RagPrompt.matching_queries(config.query_instruction, config.prompt_format)
     modes = ["none", *(m for m in args.modes if m != "none")]
+    shares = {m: 0.0 for m in modes} | {f"{m}@{r:g}": r for r in args.recompute for m in modes if m != "none"}
+    modes = list(shares)
     results: dict[str, dict] = {sweep: {} for sweep in args.sweeps}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -169,7 +183,13 @@ def main() -> None:
                 q_len, d_len = (length, args.short) if sweep == "query" else (args.short, length)
                 question = _text_of(tok, q_len, seed_text) + "?"
                 doc = tmp / f"{sweep}-{length}.jsonl"
-                doc.write_text(json.dumps({"id": "p", "text": _text_of(tok, d_len, seed_text)}) + "\n")
+                n_passages = args.passages if sweep == "doc" else 1
+                doc.write_text(
+                    "".join(
+                        json.dumps({"id": f"p{i}", "text": _text_of(tok, d_len // n_passages, seed_text[i:])}) + "\n"
+                        for i in range(n_passages)
+                    )
+                )
                 index = build_index(
                     model,
                     [doc],
@@ -181,11 +201,20 @@ def main() -> None:
                     show_progress_bar=False,
                     prompt=prompt,
                 )
-                _one_run(model, index, question, "none", 2)  # warm-up (allocator, thread pool)
+                _one_run(model, index, question, "none", 2, top_k=n_passages)  # warm-up (allocator, thread pool)
                 runs: dict[str, list[dict]] = {m: [] for m in modes}
                 for _ in range(args.repeats):
                     for mode in modes:
-                        runs[mode].append(_one_run(model, index, question, mode, args.new_tokens))
+                        run = _one_run(
+                            model,
+                            index,
+                            question,
+                            mode.split("@")[0],
+                            args.new_tokens,
+                            top_k=n_passages,
+                            recompute=shares[mode],
+                        )
+                        runs[mode].append(run)
                 point = {
                     mode: {
                         "ttft_s": statistics.median(r["ttft"] for r in rs),
@@ -193,6 +222,7 @@ def main() -> None:
                         "assemble_s": statistics.median(r["assemble"] for r in rs),
                         "prompt_tokens": rs[0]["prompt_tokens"],
                         "cached_tokens": rs[0]["cached_tokens"],
+                        "recomputed_tokens": rs[0]["recomputed_tokens"],
                         "runs": rs,
                     }
                     for mode, rs in runs.items()
@@ -223,6 +253,9 @@ def main() -> None:
     }
     args.out.mkdir(parents=True, exist_ok=True)
     name = "rag_latency" + ("" if args.adapter is None else f"_{Path(args.adapter).name}") + f"_{args.prompt}"
+    name += (f"_{args.passages}passages" if args.passages > 1 else "") + "".join(
+        f"_recompute{r:g}" for r in args.recompute
+    )
     (args.out / f"{name}.json").write_text(json.dumps(report, indent=2))
     if len(args.lengths) > 1 and len(results) == 2:
         _plot(results, args.out / f"{name}.png", model.name, args.new_tokens, modes)
