@@ -173,8 +173,9 @@ def main() -> None:
     if args.prompt == "matching":
         prompt = RagPrompt.matching_queries(config.query_instruction, config.prompt_format)
     modes = ["none", *(m for m in args.modes if m != "none")]
-    shares = {m: 0.0 for m in modes} | {f"{m}@{r:g}": r for r in args.recompute for m in modes if m != "none"}
-    modes = list(shares)
+    variants = {m: (m, 0.0) for m in modes}  # row name -> (cache mode, share recomputed)
+    variants |= {f"{m}@{r:g}": (m, r) for r in args.recompute for m in modes if m != "none"}
+    modes = list(variants)
     results: dict[str, dict] = {sweep: {} for sweep in args.sweeps}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -205,14 +206,9 @@ def main() -> None:
                 runs: dict[str, list[dict]] = {m: [] for m in modes}
                 for _ in range(args.repeats):
                     for mode in modes:
+                        cache_mode, share = variants[mode]
                         run = _one_run(
-                            model,
-                            index,
-                            question,
-                            mode.split("@")[0],
-                            args.new_tokens,
-                            top_k=n_passages,
-                            recompute=shares[mode],
+                            model, index, question, cache_mode, args.new_tokens, top_k=n_passages, recompute=share
                         )
                         runs[mode].append(run)
                 point = {

@@ -394,4 +394,6 @@ def test_blend_recomputes_the_tokens_that_isolation_changed_most(tiny_model, doc
             torch.testing.assert_close(v[..., len(kept) :, :], full[layer][1][..., chosen, :], atol=1e-5, rtol=1e-4)
     with pytest.raises(ValueError, match=r"recompute must be in \[0, 1\], got 1.5"):
         build_context(tiny_model, index, query, sources, mode="doc", recompute=1.5)
+    with pytest.raises(ValueError, match=r"recompute must be in \[0, 1\], got -0.1"):  # checked with nothing cached too
+        build_context(tiny_model, index, query, sources, mode="none", recompute=-0.1)
     assert blend(lm, cache, ids, candidates, 0.0) == (cache, [])

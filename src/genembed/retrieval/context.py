@@ -139,8 +139,6 @@ def assemble(model: Any, segments: list[Segment], tail: list[int], *, recompute:
     Raises:
         ValueError: states whose length is not the segment's, or a share outside ``[0, 1]``.
     """
-    if not 0.0 <= recompute <= 1.0:
-        raise ValueError(f"recompute must be in [0, 1], got {recompute}")
     dtype = next(model.parameters()).dtype
     device = next(model.parameters()).device
     cache, past, cached_tokens = None, 0, 0
@@ -172,9 +170,7 @@ def assemble(model: Any, segments: list[Segment], tail: list[int], *, recompute:
         layout.append((seg.name, start, start + len(seg.ids), cached))
     start = layout[-1][2] if layout else 0
     layout.append(("tail", start, start + len(tail), False))
-    recomputed: list[int] = []
-    if recompute > 0 and isolated:
-        cache, recomputed = blend(model, cache, placed, isolated, recompute)
+    cache, recomputed = blend(model, cache, placed, isolated, recompute)  # checks the share; 0: unchanged
     return Context(
         cache, pending + list(tail), cached_tokens, layout, prefilled=past - cached_tokens, recomputed=len(recomputed)
     )

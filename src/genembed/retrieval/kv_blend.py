@@ -47,6 +47,10 @@ def deviations(model: Any, cache: Any, ids: list[int]) -> torch.Tensor:
     stack = decoder_stack(model)
     if len(stack.layers) < PROBE_LAYERS:
         raise ValueError(f"selective recomputation needs at least {PROBE_LAYERS} decoder layers")
+    layer = PROBE_LAYERS - 1
+    keys, values = cache_layers(cache)[layer]
+    if keys.shape[2] != len(ids):
+        raise ValueError(f"the cache holds {keys.shape[2]} positions for {len(ids)} tokens")
     device = next(model.parameters()).device
     input_ids = torch.tensor([ids], dtype=torch.long, device=device)
     probe = DynamicCache()
@@ -67,10 +71,7 @@ def deviations(model: Any, cache: Any, ids: list[int]) -> torch.Tensor:
         pass
     finally:
         handle.remove()
-    layer = PROBE_LAYERS - 1
-    (keys, values), (ref_keys, ref_values) = cache_layers(cache)[layer], cache_layers(probe)[layer]
-    if keys.shape[2] != len(ids):
-        raise ValueError(f"the cache holds {keys.shape[2]} positions for {len(ids)} tokens")
+    ref_keys, ref_values = cache_layers(probe)[layer]
     diff = (keys.float() - ref_keys.float()).square().sum((0, 1, 3))
     return (diff + (values.float() - ref_values.float()).square().sum((0, 1, 3))).sqrt()
 
@@ -94,6 +95,7 @@ def blend(model: Any, cache: Any, ids: list[int], candidates: list[int], fractio
     """
     if not 0.0 <= fraction <= 1.0:
         raise ValueError(f"the share of cached tokens to recompute must be in [0, 1], got {fraction}")
+    # (checked before the early return: assemble calls this for every prompt, with or without candidates)
     n = math.ceil(fraction * len(candidates))
     if n == 0:
         return cache, []
