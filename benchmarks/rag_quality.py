@@ -35,6 +35,10 @@ documents' centre before timing either build):
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rag_quality.py --threads 1
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rag_quality.py --threads 1 --sets wikiqa --build-only
 
+Summaries (means, and each caching variant's paired difference from plain RAG in the same order with
+a 95% bootstrap interval over questions) are recomputed from a file's per-question rows with
+``--summarize FILE...``.
+
 Other models: ``--adapter none`` (the raw backbone), ``--adapter runs/grit-smollm2 --method grit``.
 
 Selective recomputation (CacheBlend; :mod:`genembed.retrieval.kv_blend`): ``--recompute 0.2`` adds a
@@ -211,24 +215,76 @@ def run_set(model, name: str, questions: list[dict], index, settings: tuple[str,
         per_question.append(row)
         cells = " ".join(f"{v}={row[f'{settings[-1]}/{v}']['f1']:.2f}" for v in table)
         print(f"{name} [{n + 1}/{len(questions)}] hit={hit} {settings[-1]} F1: {cells}", flush=True)
+    return {
+        "retrieval_hit_rate": statistics.fmean(r["hit"] for r in per_question),
+        "summary": summarize(per_question, settings, list(table)),
+        "per_question": per_question,
+    }
+
+
+def plain_reference(variant: str) -> str | None:
+    """The plain-RAG variant in the same order as ``variant`` (None for ``no_rag`` and plain RAG itself)."""
+    from genembed.retrieval.context import mode_layout
+
+    mode, order = VARIANTS[variant.split("@")[0]]
+    if mode in (None, "none"):
+        return None
+    return f"none_{mode_layout(mode, order)[0]}"
+
+
+def paired_gap(cells: list[dict], refs: list[dict], key: str, scale: float, *, draws: int = 2000) -> dict:
+    """Mean per-question difference ``cells - refs`` of ``key`` (x ``scale``) and its 95% paired
+    bootstrap interval (questions resampled with replacement, seeded)."""
+    diffs = [scale * (float(c[key]) - float(r[key])) for c, r in zip(cells, refs, strict=True)]
+    rng = random.Random(0)
+    boots = sorted(statistics.fmean(rng.choices(diffs, k=len(diffs))) for _ in range(draws))
+    return {"mean": statistics.fmean(diffs), "ci95": [boots[int(0.025 * draws)], boots[int(0.975 * draws) - 1]]}
+
+
+def summarize(per_question: list[dict], settings: tuple[str, ...], names: list[str]) -> dict:
+    """Per subset (``retrieved``, ``retrieved_hit``, ``oracle``) and variant: mean F1, contains and gold
+    NLL; for a caching variant whose plain-RAG reference ran too, ``gap``: its paired difference from it."""
     subsets = {"retrieved": ("retrieved", per_question)}
     subsets["retrieved_hit"] = ("retrieved", [r for r in per_question if r["hit"]])
     if "oracle" in settings:
         subsets["oracle"] = ("oracle", per_question)
-    summary = {}
+    summary: dict = {}
     for subset, (setting, rows) in subsets.items():
         summary[subset] = {"questions": len(rows)}
-        for variant in table:
+        for variant in names:
             cells = [r[f"{setting}/{variant}"] for r in rows]
-            summary[subset][variant] = {
+            entry = {
                 key: (scale * statistics.fmean(float(c[key]) for c in cells) if cells else None)
                 for key, scale in (("f1", 100), ("contains", 100), ("gold_nll", 1))
             }
-    return {
-        "retrieval_hit_rate": statistics.fmean(r["hit"] for r in per_question),
-        "summary": summary,
-        "per_question": per_question,
-    }
+            reference = plain_reference(variant)
+            if cells and reference in names:
+                refs = [r[f"{setting}/{reference}"] for r in rows]
+                entry["gap"] = {
+                    "reference": reference,
+                    "f1": paired_gap(cells, refs, "f1", 100),
+                    "gold_nll": paired_gap(cells, refs, "gold_nll", 1),
+                }
+            summary[subset][variant] = entry
+    return summary
+
+
+def resummarize(path: Path) -> None:
+    """Rewrite the summaries of a results file from its per-question rows (e.g. after adding a statistic)."""
+    report = json.loads(path.read_text("utf-8"))
+    if "sets" not in report:
+        raise SystemExit(f"{path}: no 'sets' (written by an earlier version of this script); nothing rewritten")
+    for result in report["sets"].values():
+        if "per_question" not in result:
+            continue
+        rows = result["per_question"]
+        settings = tuple(sorted({k.split("/")[0] for k in rows[0] if "/" in k}, key=("retrieved", "oracle").index))
+        names = list(dict.fromkeys(k.split("/", 1)[1] for k in rows[0] if k.startswith(f"{settings[0]}/")))
+        result["summary"] = summarize(rows, settings, names)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(report, indent=2, ensure_ascii=False))
+    tmp.replace(path)
+    print(f"rewrote {path}")
 
 
 def main() -> None:
@@ -245,7 +301,14 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=None, help="run only these variants (default: all)")
     parser.add_argument("--build-only", action="store_true", help="only the build time and size table")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "rag_quality")
+    parser.add_argument(
+        "--summarize", type=Path, nargs="+", default=None, help="only rewrite these results files' summaries"
+    )
     args = parser.parse_args()
+    if args.summarize:
+        for path in args.summarize:
+            resummarize(path)
+        return
 
     import genembed
     from genembed.encoders.settings import EmbedSettings
