@@ -177,6 +177,32 @@ def check_against_assemble(model, prompt, item: dict) -> float:
     )
 
 
+@torch.inference_mode()
+def teacher_answers(model, prompt, items: list[dict], path: Path, *, max_new_tokens: int) -> None:
+    """Replace each item's ``answer`` by the base weights' greedy plain-RAG answer (doc_first, ``ask``'s
+    decoding), so that the answers trained on depend on the question. Kept in ``path`` (JSON lines by
+    question) and resumed from it."""
+    from genembed.retrieval.context import Context
+    from genembed.retrieval.rag import generate_from_context
+
+    done = {}
+    if path.is_file():
+        done = {r["question"]: r["answer"] for r in map(json.loads, path.read_text("utf-8").splitlines()) if r}
+    tok = model.backbone.tokenizer
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as out:
+        for item in tqdm(items, desc="teacher answers"):
+            if item["question"] not in done:
+                head, segments, tail = layout(tok, prompt, item, "none")
+                cache, past = prompt_cache(model.backbone.model, head, segments, isolate=False)
+                context = Context(cache, list(tail), past, [])
+                text = "".join(generate_from_context(model, context, max_new_tokens=max_new_tokens)).strip()
+                done[item["question"]] = text
+                out.write(json.dumps({"question": item["question"], "answer": text}) + "\n")
+                out.flush()
+            item["answer"] = done[item["question"]] or item["answer"]  # an empty answer keeps the gold one
+
+
 def kl_loss(teacher: torch.Tensor, student: torch.Tensor) -> torch.Tensor:
     """Mean over positions of ``KL(softmax(teacher) || softmax(student))``."""
     log_t = teacher.log_softmax(-1)
@@ -262,6 +288,15 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--rank", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument(
+        "--answers",
+        choices=["gold", "teacher"],
+        default="gold",
+        help="training answers: the gold sentence, or the base weights' own greedy plain-RAG answer",
+    )
+    parser.add_argument(
+        "--before-from", type=Path, default=None, help="take the 'before' scores from this earlier report"
+    )
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--adapter-out", type=Path, default=REPO / "runs" / "block_attention_probe")
@@ -286,6 +321,11 @@ def main() -> None:
     if agreement > 1e-4:
         raise SystemExit("the probe's cached layout does not reproduce assemble's; nothing trained")
 
+    if args.answers == "teacher":
+        teacher_answers(
+            model, prompt, train, args.adapter_out / "teacher_answers.jsonl", max_new_tokens=args.max_new_tokens
+        )
+
     targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     config = LoraConfig(r=args.rank, lora_alpha=2 * args.rank, lora_dropout=0.0, target_modules=targets)
     lm = get_peft_model(model.backbone.model, config)
@@ -297,14 +337,18 @@ def main() -> None:
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "git_commit": git_commit(),
         "assemble_max_diff": agreement,
-        "before": {
+    }
+    report["before"] = (
+        reuse_before(args)
+        if args.before_from
+        else {
             "wikiqa": evaluate(model, prompt, wikiqa, lora=False, label="before wikiqa"),
             "extractive": evaluate(model, prompt, extractive, lora=False, label="before extractive"),
             "extractive_answers": answers(
                 model, prompt, extractive, lora=False, max_new_tokens=args.max_new_tokens, label="before"
             ),
-        },
-    }
+        }
+    )
     params = [p for p in lm.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
     schedule = [(item, random.Random(args.seed + 7 + i).choice(MODES)) for i, item in enumerate(train)] * args.epochs
@@ -350,6 +394,16 @@ def main() -> None:
     tmp.write_text(json.dumps(report, indent=1) + "\n", "utf-8")
     tmp.replace(args.out)
     print(table(report))
+
+
+def reuse_before(args: argparse.Namespace) -> dict:
+    """The 'before' section of ``args.before_from``, after checking it scored the same held-out items."""
+    earlier = json.loads(args.before_from.read_text("utf-8"))
+    same = ("eval_questions", "extractive_limit", "max_new_tokens", "seed")
+    wrong = [k for k in same if earlier["config"].get(k) != getattr(args, k)]
+    if wrong:
+        raise SystemExit(f"{args.before_from}: scored with other {', '.join(wrong)}; its 'before' does not apply")
+    return earlier["before"]
 
 
 def table(report: dict) -> str:
