@@ -40,16 +40,11 @@ from pathlib import Path
 import torch
 from _run_info import REPO, git_commit
 from rag_quality import EXTRACTIVE, WIKIQA, token_f1
+from rag_quality import VARIANTS as RAG_VARIANTS
 from tqdm import tqdm
 
-VARIANTS = {  # name -> (cache mode, order): plain RAG in both orders, then the caching modes in their default orders
-    "none": ("none", "doc_first"),
-    "none_query_first": ("none", "query_first"),
-    "query": ("query", None),
-    "doc": ("doc", None),
-    "docquery": ("docquery", None),
-    "querydoc": ("querydoc", None),
-}
+# name -> (cache mode, order): rag_quality's plain RAG in both orders and caching modes in their default orders
+VARIANTS = {name: layout for name, layout in RAG_VARIANTS.items() if layout[0] is not None}
 MODES = ("none", "query", "doc", "docquery", "querydoc")  # drawn in training
 
 
@@ -95,35 +90,36 @@ def layout(
     return prompt.head_ids(tok), segments, prompt.tail_ids(tok)
 
 
+def _extend(lm, ids: list[int], cache, at: int):
+    """Run ``ids`` at positions ``at ..`` causally on top of ``cache`` (extended in place); the decoder's output."""
+    from genembed.backbone.attention import run_decoder
+
+    return run_decoder(
+        lm,
+        input_ids=torch.tensor([ids]),
+        attention_mask=torch.ones((1, at + len(ids)), dtype=torch.long),
+        position_ids=torch.arange(at, at + len(ids))[None],
+        cache=cache,
+        use_cache=True,
+    )
+
+
 def prompt_cache(lm, head: list[int], segments: list[tuple[list[int], bool]], *, isolate: bool):
     """``(cache, length)`` of ``head + segments``: a cached segment after another segment is computed
     after the head alone and its keys rotated to its place (as ``assemble`` does), unless ``isolate`` is
     False (one causal pass). Differentiable."""
     from transformers import DynamicCache
 
-    from genembed.backbone.attention import run_decoder
     from genembed.retrieval.kv_ops import cache_layers, shift_keys
 
     cache, past, pending, seen_segment = DynamicCache(), 0, list(head), False
-
-    def run(ids: list[int], into, at: int) -> None:
-        tensor = torch.tensor([ids])
-        run_decoder(
-            lm,
-            input_ids=tensor,
-            attention_mask=torch.ones((1, at + len(ids)), dtype=torch.long),
-            position_ids=torch.arange(at, at + len(ids))[None],
-            cache=into,
-            use_cache=True,
-        )
-
     for ids, cached in segments:
         if isolate and cached and seen_segment:
             if pending:
-                run(pending, cache, past)
+                _extend(lm, pending, cache, past)
                 past, pending = past + len(pending), []
             alone = DynamicCache()
-            run(list(head) + ids, alone, 0)
+            _extend(lm, list(head) + ids, alone, 0)
             h = len(head)
             for layer, (keys, values) in enumerate(cache_layers(alone)):
                 cache.update(shift_keys(lm, keys[:, :, h:], past - h), values[:, :, h:], layer)
@@ -132,25 +128,15 @@ def prompt_cache(lm, head: list[int], segments: list[tuple[list[int], bool]], *,
             pending.extend(ids)
         seen_segment = True
     if pending:
-        run(pending, cache, past)
+        _extend(lm, pending, cache, past)
         past += len(pending)
     return cache, past
 
 
 def answer_logits(lm, head, segments, tail: list[int], answer: list[int], *, isolate: bool) -> torch.Tensor:
     """``(len(answer), V)`` next-token logits at the positions that predict ``answer`` after the prompt."""
-    from genembed.backbone.attention import run_decoder
-
     cache, past = prompt_cache(lm, head, segments, isolate=isolate)
-    ids = torch.tensor([tail + answer])
-    hidden = run_decoder(
-        lm,
-        input_ids=ids,
-        attention_mask=torch.ones((1, past + ids.shape[1]), dtype=torch.long),
-        position_ids=torch.arange(past, past + ids.shape[1])[None],
-        cache=cache,
-        use_cache=True,
-    ).last_hidden_state
+    hidden = _extend(lm, tail + answer, cache, past).last_hidden_state
     return lm.get_output_embeddings()(hidden[0, len(tail) - 1 : -1]).float()
 
 
@@ -182,25 +168,40 @@ def teacher_answers(model, prompt, items: list[dict], path: Path, *, max_new_tok
     """Replace each item's ``answer`` by the base weights' greedy plain-RAG answer (doc_first, ``ask``'s
     decoding), so that the answers trained on depend on the question. Kept in ``path`` (JSON lines by
     question) and resumed from it."""
-    from genembed.retrieval.context import Context
-    from genembed.retrieval.rag import generate_from_context
-
     done = {}
     if path.is_file():
         done = {r["question"]: r["answer"] for r in map(json.loads, path.read_text("utf-8").splitlines()) if r}
-    tok = model.backbone.tokenizer
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as out:
         for item in tqdm(items, desc="teacher answers"):
             if item["question"] not in done:
-                head, segments, tail = layout(tok, prompt, item, "none")
-                cache, past = prompt_cache(model.backbone.model, head, segments, isolate=False)
-                context = Context(cache, list(tail), past, [])
-                text = "".join(generate_from_context(model, context, max_new_tokens=max_new_tokens)).strip()
+                text = greedy_answer(model, prompt, item, "none", None, isolate=False, max_new_tokens=max_new_tokens)
                 done[item["question"]] = text
                 out.write(json.dumps({"question": item["question"], "answer": text}) + "\n")
                 out.flush()
             item["answer"] = done[item["question"]] or item["answer"]  # an empty answer keeps the gold one
+
+
+def answer_ids(tok, text: str) -> list[int]:
+    """An answer's token ids as the model should produce it: its text, then the end of the turn."""
+    return tok(text, add_special_tokens=False)["input_ids"] + [tok.convert_tokens_to_ids("<|im_end|>")]
+
+
+def greedy_answer(
+    model, prompt, item: dict, mode: str, order: str | None, *, isolate: bool, max_new_tokens: int
+) -> str:
+    """The answer ``ask``'s decoding gives after the example's prompt (cached layout unless not ``isolate``),
+    with the weights ``model.generation_adapter`` chooses."""
+    from genembed.generation.adapters import adapter_mode
+    from genembed.retrieval.context import Context
+    from genembed.retrieval.rag import generate_from_context
+
+    lm = model.backbone.model
+    head, segments, tail = layout(model.backbone.tokenizer, prompt, item, mode, order)
+    with adapter_mode(lm, model.generation_adapter):
+        cache, past = prompt_cache(lm, head, segments, isolate=isolate)
+    context = Context(cache, list(tail), past, [])
+    return "".join(generate_from_context(model, context, max_new_tokens=max_new_tokens)).strip()
 
 
 def kl_loss(teacher: torch.Tensor, student: torch.Tensor) -> torch.Tensor:
@@ -211,26 +212,26 @@ def kl_loss(teacher: torch.Tensor, student: torch.Tensor) -> torch.Tensor:
 
 @torch.inference_mode()
 def evaluate(model, prompt, items: list[dict], *, lora: bool, label: str) -> dict:
-    """Per mode: mean gold NLL with the cached layout (``lora``: adapter on), and the base full pass's."""
+    """Per mode: mean gold NLL with the cached layout (``lora``: adapter on), and the base full pass's
+    (which depends only on the order, so it is computed once per item and order)."""
     from genembed.generation.adapters import adapter_mode
+    from genembed.retrieval.context import mode_layout
 
     tok, lm = model.backbone.tokenizer, model.backbone.model
-    eos = [tok.convert_tokens_to_ids("<|im_end|>")]
+    base_full: dict[tuple[int, str], float] = {}
     out: dict[str, dict] = {}
     for variant, (mode, order) in tqdm(VARIANTS.items(), desc=f"{label} gold NLL", leave=False):
         cached, full = [], []
-        for item in items:
+        for i, item in enumerate(items):
             head, segments, tail = layout(tok, prompt, item, mode, order)
-            answer = tok(item["answer"], add_special_tokens=False)["input_ids"] + eos
+            answer = answer_ids(tok, item["answer"])
             target = torch.tensor(answer)
-            with adapter_mode(lm, False):
-                full.append(
-                    float(
-                        torch.nn.functional.cross_entropy(
-                            answer_logits(lm, head, segments, tail, answer, isolate=False), target
-                        )
-                    )
-                )
+            key = (i, mode_layout(mode, order)[0])
+            if key not in base_full:
+                with adapter_mode(lm, False):
+                    logits = answer_logits(lm, head, segments, tail, answer, isolate=False)
+                base_full[key] = float(torch.nn.functional.cross_entropy(logits, target))
+            full.append(base_full[key])
             with adapter_mode(lm, lora):
                 logits = answer_logits(lm, head, segments, tail, answer, isolate=True)
             cached.append(float(torch.nn.functional.cross_entropy(logits, target)))
@@ -247,21 +248,12 @@ def evaluate(model, prompt, items: list[dict], *, lora: bool, label: str) -> dic
 @torch.inference_mode()
 def answers(model, prompt, items: list[dict], *, lora: bool, max_new_tokens: int, label: str) -> dict:
     """Per mode: greedy answers from the cached layout (``ask``'s decoding), their F1 and ``contains``."""
-    from genembed.generation.adapters import adapter_mode
-    from genembed.retrieval.context import Context
-    from genembed.retrieval.rag import generate_from_context
-
-    tok, lm = model.backbone.tokenizer, model.backbone.model
     model.generation_adapter = lora
     out: dict[str, dict] = {}
     for variant, (mode, order) in tqdm(VARIANTS.items(), desc=f"{label} answers", leave=False):
         rows = []
         for item in items:
-            head, segments, tail = layout(tok, prompt, item, mode, order)
-            with adapter_mode(lm, lora):
-                cache, past = prompt_cache(lm, head, segments, isolate=True)
-            context = Context(cache, list(tail), past, [])
-            text = "".join(generate_from_context(model, context, max_new_tokens=max_new_tokens)).strip()
+            text = greedy_answer(model, prompt, item, mode, order, isolate=True, max_new_tokens=max_new_tokens)
             rows.append(
                 {
                     "answer": text,
@@ -276,6 +268,16 @@ def answers(model, prompt, items: list[dict], *, lora: bool, max_new_tokens: int
             "f1_each": [r["f1"] for r in rows],
         }
     return out
+
+
+def score(model, prompt, wikiqa: list[dict], extractive: list[dict], *, lora: bool, max_new_tokens: int) -> dict:
+    """The held-out scores with the base weights (``lora`` False) or with the LoRA."""
+    label = "after" if lora else "before"
+    return {
+        "wikiqa": evaluate(model, prompt, wikiqa, lora=lora, label=f"{label} wikiqa"),
+        "extractive": evaluate(model, prompt, extractive, lora=lora, label=f"{label} extractive"),
+        "extractive_answers": answers(model, prompt, extractive, lora=lora, max_new_tokens=max_new_tokens, label=label),
+    }
 
 
 def main() -> None:
@@ -331,7 +333,6 @@ def main() -> None:
     lm = get_peft_model(model.backbone.model, config)
     model.backbone.model = lm
     tok = model.backbone.tokenizer
-    eos = [tok.convert_tokens_to_ids("<|im_end|>")]
 
     report: dict = {
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
@@ -341,13 +342,7 @@ def main() -> None:
     report["before"] = (
         reuse_before(args)
         if args.before_from
-        else {
-            "wikiqa": evaluate(model, prompt, wikiqa, lora=False, label="before wikiqa"),
-            "extractive": evaluate(model, prompt, extractive, lora=False, label="before extractive"),
-            "extractive_answers": answers(
-                model, prompt, extractive, lora=False, max_new_tokens=args.max_new_tokens, label="before"
-            ),
-        }
+        else score(model, prompt, wikiqa, extractive, lora=False, max_new_tokens=args.max_new_tokens)
     )
     params = [p for p in lm.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
@@ -359,7 +354,7 @@ def main() -> None:
     bar = tqdm(schedule, desc="train (KL to the full pass)")
     for n, (item, mode) in enumerate(bar):
         head, segments, tail = layout(tok, prompt, item, mode)
-        answer = tok(item["answer"], add_special_tokens=False)["input_ids"] + eos
+        answer = answer_ids(tok, item["answer"])
         with torch.no_grad(), adapter_mode(lm, False):
             teacher = answer_logits(lm, head, segments, tail, answer, isolate=False)
         student = answer_logits(lm, head, segments, tail, answer, isolate=True)
@@ -381,13 +376,7 @@ def main() -> None:
         "kl_last_40": statistics.fmean(x["kl"] for x in losses[-40:]),
         "per_example": losses,
     }
-    report["after"] = {
-        "wikiqa": evaluate(model, prompt, wikiqa, lora=True, label="after wikiqa"),
-        "extractive": evaluate(model, prompt, extractive, lora=True, label="after extractive"),
-        "extractive_answers": answers(
-            model, prompt, extractive, lora=True, max_new_tokens=args.max_new_tokens, label="after"
-        ),
-    }
+    report["after"] = score(model, prompt, wikiqa, extractive, lora=True, max_new_tokens=args.max_new_tokens)
     report["seconds"] = time.perf_counter() - started
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".json.tmp")
