@@ -17,6 +17,9 @@ Data: questions of ``../shared/data/train/wikiqa.jsonl`` with two passages (a go
 non-answer one, in seeded order) and the gold sentence as the teacher-forced answer. Held out (never
 trained on): ``--eval-questions`` questions (the first 30 of them are rag_quality.py's WikiQA sample)
 and the 24 passages of ``benchmarks/data/extractive_qa.jsonl`` (each with one other passage).
+``--train-data FILE`` trains on another file of the training format instead (e.g. covidqa.jsonl, whose
+questions are answered by a span of a passage), its passages cut to ``--passage-words``; its gold
+passages are long, so pair it with ``--answers teacher`` (the base weights' own greedy answers).
 
 Reported per mode, before and after training, on the held-out questions: the mean gold NLL per token
 and its gap to the base weights' full pass (the quantity rag_quality.py reports as gold NLL), and on
@@ -57,14 +60,18 @@ def load_examples(args: argparse.Namespace) -> tuple[list[dict], list[dict], lis
     rng = random.Random(args.seed + 1)
     all_sentences = [s for r in rows for s in r["pos"] + r["neg"]]
 
-    def example(row: dict) -> dict:
+    def example(row: dict, pool: list[str]) -> dict:
         gold = row["pos"][0]
-        other = rng.choice(row["neg"]) if row["neg"] else rng.choice(all_sentences)
+        other = rng.choice(row["neg"]) if row["neg"] else rng.choice([s for s in pool if s != gold])
         passages = [gold, other] if rng.random() < 0.5 else [other, gold]
         return {"question": row["query"], "passages": passages, "answer": gold, "golds": row["pos"]}
 
-    train = [example(r) for r in rng.sample(train_rows, min(args.train_questions, len(train_rows)))]
-    wikiqa = [example(r) for r in eval_rows]
+    train_pool = all_sentences
+    if args.train_data is not None:  # another training file (query, pos, neg), passages cut to their first words
+        train_rows, train_pool = train_file(args.train_data, args.passage_words)
+    picked = rng.sample(train_rows, min(args.train_questions, len(train_rows)))
+    train = [example(r, train_pool) for r in picked]
+    wikiqa = [example(r, all_sentences) for r in eval_rows]
     extractive_rows = [json.loads(line) for line in EXTRACTIVE.read_text("utf-8").splitlines() if line.strip()]
     extractive = []
     for i, row in enumerate(extractive_rows):
@@ -75,6 +82,27 @@ def load_examples(args: argparse.Namespace) -> tuple[list[dict], list[dict], lis
             {"question": row["question"], "passages": passages, "answer": row["answers"][0], "golds": row["answers"]}
         )
     return train, wikiqa, extractive
+
+
+def train_file(path: Path, passage_words: int) -> tuple[list[dict], list[str]]:
+    """Rows of a training JSONL file (``query``, ``pos``, ``neg``) with every passage cut to its first
+    ``passage_words`` words (0: whole), and the pool of all its passages; SystemExit naming a bad line."""
+    rows = []
+    for n, line in enumerate(path.read_text("utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            query, pos, neg = row["query"], list(row["pos"]), list(row.get("neg") or [])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SystemExit(f"{path}:{n}: not a training row with query and pos ({exc})") from exc
+        if not pos:
+            raise SystemExit(f"{path}:{n}: field 'pos' is empty")
+        cut = (lambda text: " ".join(text.split()[:passage_words])) if passage_words else str.strip
+        rows.append({"query": query, "pos": [cut(t) for t in pos], "neg": [cut(t) for t in neg]})
+    if len({r["query"] for r in rows}) < 2:
+        raise SystemExit(f"{path}: needs rows of at least two questions")
+    return rows, [t for r in rows for t in r["pos"] + r["neg"]]
 
 
 def layout(
@@ -299,6 +327,13 @@ def main() -> None:
     parser.add_argument(
         "--before-from", type=Path, default=None, help="take the 'before' scores from this earlier report"
     )
+    parser.add_argument(
+        "--train-data",
+        type=Path,
+        default=None,
+        help="train on this JSONL file (query, pos, neg) instead of WikiQA's other questions (use --answers teacher)",
+    )
+    parser.add_argument("--passage-words", type=int, default=0, help="with --train-data: cut passages (0: whole)")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--adapter-out", type=Path, default=REPO / "runs" / "block_attention_probe")

@@ -98,3 +98,25 @@ def test_probe_kl_is_zero_only_for_equal_distributions(probe):
     )
     assert float(probe.kl_loss(teacher, student)) == pytest.approx(float(expected), rel=1e-5)
     assert float(probe.kl_loss(teacher, student)) > 0
+
+
+def test_probe_train_file_cuts_passages_and_names_a_bad_line(probe, tmp_path):
+    good = tmp_path / "qa.jsonl"
+    rows = [
+        {"query": "Who built it?", "pos": ["Gustave Eiffel's company built the tower in 1889 ."], "neg": []},
+        {"query": "What is it made of?", "pos": ["It is made of wrought iron ."], "neg": ["Paris is big ."]},
+    ]
+    good.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n", "utf-8")
+    loaded, pool = probe.train_file(good, 3)
+    assert [r["pos"] for r in loaded] == [["Gustave Eiffel's company"], ["It is made"]]
+    assert loaded[1]["neg"] == ["Paris is big"]
+    assert pool == ["Gustave Eiffel's company", "It is made", "Paris is big"]
+    assert probe.train_file(good, 0)[0][0]["pos"] == rows[0]["pos"]  # 0: whole passages
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(rows[0]) + "\n" + json.dumps({"query": "Why?"}) + "\n", "utf-8")
+    with pytest.raises(SystemExit, match=r"bad\.jsonl:2: not a training row with query and pos"):
+        probe.train_file(bad, 0)
+    bad.write_text(json.dumps({"query": "Why?", "pos": []}) + "\n", "utf-8")
+    with pytest.raises(SystemExit, match=r"bad\.jsonl:1: field 'pos' is empty"):
+        probe.train_file(bad, 0)
