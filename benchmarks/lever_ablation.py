@@ -160,8 +160,10 @@ def _axis(details: dict[str, float], axis: str) -> dict[str, float | None]:
 
 
 def _to_mine(args: argparse.Namespace, path: Path) -> bool:
-    """Whether a data file is one this script mines: under ``--runs``, with a training file of its name."""
-    return path.resolve().is_relative_to(args.runs.resolve()) and (args.train_data / path.name).is_file()
+    """Whether a data file is one this script mines: under ``--runs`` or the checkout's ``runs/`` (where the
+    shipped configs put them, whatever ``--runs`` is), with a training file of its name."""
+    made_here = any(path.resolve().is_relative_to(folder.resolve()) for folder in (args.runs, REPO / "runs"))
+    return made_here and (args.train_data / path.name).is_file()
 
 
 def _prepare(args: argparse.Namespace, cfg: Any) -> None:

@@ -137,6 +137,20 @@ def test_a_row_missing_its_data_stops_before_anything_runs(script, tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+def test_mined_files_of_the_shipped_configs_are_found_whatever_runs_is(script, tmp_path):
+    """mined.yaml and all.yaml name their mined files under the checkout's runs/; a runner given another
+    --runs folder must still mine them there rather than stop at "data file not found"."""
+    import argparse
+
+    args = argparse.Namespace(runs=tmp_path / "elsewhere", train_data=script.SHARED / "train")
+    if not (args.train_data / "snli.jsonl").is_file():
+        pytest.skip("../shared/data/train is not here")
+    assert script._to_mine(args, script.REPO / "runs" / "levers" / "mined" / "snli.jsonl")
+    assert script._to_mine(args, tmp_path / "elsewhere" / "mined" / "snli.jsonl")
+    assert not script._to_mine(args, tmp_path / "other" / "snli.jsonl")  # a data file elsewhere: must exist
+    assert not script._to_mine(args, script.REPO / "runs" / "levers" / "mined" / "no_such_source.jsonl")
+
+
 def test_gircse_ablations_share_the_row_code(load_script, toy_tasks, tmp_path, monkeypatch):
     """benchmarks/gircse_ablations.py trains and merges its rows with the same module."""
     gircse = load_script("benchmarks/gircse_ablations.py")
