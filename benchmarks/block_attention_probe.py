@@ -85,21 +85,17 @@ def load_examples(args: argparse.Namespace) -> tuple[list[dict], list[dict], lis
 
 
 def train_file(path: Path, passage_words: int) -> tuple[list[dict], list[str]]:
-    """Rows of a training JSONL file (``query``, ``pos``, ``neg``) with every passage cut to its first
-    ``passage_words`` words (0: whole), and the pool of all its passages; SystemExit naming a bad line."""
-    rows = []
-    for n, line in enumerate(path.read_text("utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            query, pos, neg = row["query"], list(row["pos"]), list(row.get("neg") or [])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise SystemExit(f"{path}:{n}: not a training row with query and pos ({exc})") from exc
-        if not pos:
-            raise SystemExit(f"{path}:{n}: field 'pos' is empty")
-        cut = (lambda text: " ".join(text.split()[:passage_words])) if passage_words else str.strip
-        rows.append({"query": query, "pos": [cut(t) for t in pos], "neg": [cut(t) for t in neg]})
+    """Rows of a training JSONL file (``query``, ``pos``, ``neg``; read and checked as training reads it) with
+    every passage cut to its first ``passage_words`` words (0: whole), and the pool of all its passages;
+    SystemExit naming a bad line."""
+    from genembed.training.data import DataError, read_contrastive
+
+    try:
+        read = read_contrastive(path)
+    except DataError as exc:
+        raise SystemExit(str(exc)) from exc
+    cut = (lambda text: " ".join(text.split()[:passage_words])) if passage_words else str.strip
+    rows = [{"query": r.query, "pos": [cut(t) for t in r.pos], "neg": [cut(t) for t in r.neg]} for r in read]
     if len({r["query"] for r in rows}) < 2:
         raise SystemExit(f"{path}: needs rows of at least two questions")
     return rows, [t for r in rows for t in r["pos"] + r["neg"]]

@@ -115,7 +115,7 @@ def test_probe_train_file_cuts_passages_and_names_a_bad_line(probe, tmp_path):
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(rows[0]) + "\n" + json.dumps({"query": "Why?"}) + "\n", "utf-8")
-    with pytest.raises(SystemExit, match=r"bad\.jsonl:2: not a training row with query and pos"):
+    with pytest.raises(SystemExit, match=r"bad\.jsonl:2: missing field 'pos'"):
         probe.train_file(bad, 0)
     bad.write_text(json.dumps({"query": "Why?", "pos": []}) + "\n", "utf-8")
     with pytest.raises(SystemExit, match=r"bad\.jsonl:1: field 'pos' is empty"):
