@@ -20,6 +20,10 @@ Writes ``benchmarks/results/lever_ablation.json`` (per row: the command, trainin
 every task's scores at each K, the dev mean, the instruct tasks' axes) and beside it ``.md`` (the
 table) and ``.png`` (dev mean vs K per row). Resumable: a finished row is neither retrained nor
 re-encoded, an interrupted one continues from its checkpoint and the embedding cache.
+
+Rows that differ by less than a point need the clustered tasks' k-means noise taken out: with
+``--cluster-starts 20 --out <other.json>`` finished rows are re-scored from the embedding cache (no
+training, no encoding) at the mean over 20 k-means starts.
 """
 
 from __future__ import annotations
@@ -54,6 +58,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--cache", type=Path, default=None, help="embedding cache (default: genembed's)")
     parser.add_argument("--dtype", default="float32", help="weights dtype at evaluation (the default's table: float32)")
     parser.add_argument("--center", action=argparse.BooleanOptionalAction, default=True, help="as the default")
+    parser.add_argument(
+        "--cluster-starts",
+        type=int,
+        default=1,
+        help="clustering and instruct tasks: mean over N k-means starts (1: genembed eval's one start); a "
+        "finished row is re-scored from the embedding cache, into eval_startsN.json in its folder",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: the configs')")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every row")
     parser.add_argument(
@@ -65,6 +76,8 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "lever_ablation.json")
     args = parser.parse_args(argv)
+    if args.cluster_starts < 1:
+        parser.error("--cluster-starts must be at least 1")
 
     order = {"control": 0, "all": 2}  # the control first, all the levers together last
     names = args.levers or sorted((p.stem for p in args.configs.glob("*.yaml")), key=lambda n: (order.get(n, 1), n))
@@ -72,6 +85,7 @@ def main(argv: list[str] | None = None) -> dict:
     rows = {name: _row(args, name) for name in names}  # every row checked before anything runs
     settings = {"tasks": [str(t) for t in tasks], "limit": args.limit, "steps": STEPS, "center": args.center}
     settings["dtype"] = args.dtype
+    settings["cluster_starts"] = args.cluster_starts
 
     results = json.loads(args.out.read_text()) if args.out.is_file() else {}
     results.setdefault("runs", {})
@@ -83,7 +97,7 @@ def main(argv: list[str] | None = None) -> dict:
     for name, (config, overrides, cfg) in rows.items():
         folder = Path(cfg.train.output_dir)
         done = results["runs"].get(name, {})
-        if done.get("eval_settings") == settings and (folder / "summary.json").is_file():
+        if done and _settings(done) == settings and (folder / "summary.json").is_file():
             print(f"{name}: done")
             continue
         _prepare(args, cfg)
@@ -138,9 +152,9 @@ def _reference(spec: str, settings: dict[str, Any]) -> tuple[str, dict[str, Any]
     if not views:
         raise SystemExit(f"--reference {spec!r}: the report has none of K={STEPS} (it has {config['steps']})")
     own = {"tasks": config["tasks"], "limit": config["limit"] or 0, "steps": views, "center": config["center"]}
-    own["dtype"] = config["dtype"]
+    own["dtype"], own["cluster_starts"] = config["dtype"], config.get("cluster_starts", 1)
     same = [Path(t).name for t in own["tasks"]] == [Path(t).name for t in settings["tasks"]]
-    same = same and all(own[k] == settings[k] for k in ("limit", "steps", "center", "dtype"))
+    same = same and all(own[k] == settings[k] for k in ("limit", "steps", "center", "dtype", "cluster_starts"))
     entry = {
         "command": f"genembed eval (report {path}, commit {config.get('git_commit', '?')[:12]})",
         "eval_settings": settings if same else own,
@@ -151,6 +165,11 @@ def _reference(spec: str, settings: dict[str, Any]) -> tuple[str, dict[str, Any]
         "final_loss": None,
     }
     return name, entry
+
+
+def _settings(entry: dict[str, Any]) -> dict[str, Any]:
+    """A row's evaluation settings; rows scored before ``cluster_starts`` existed used one start."""
+    return {"cluster_starts": 1} | entry["eval_settings"]
 
 
 def _axis(details: dict[str, float], axis: str) -> dict[str, float | None]:
@@ -271,8 +290,15 @@ def _score(args: argparse.Namespace, config: Path, overrides: list[str], tasks: 
     model = load_trained(config, folder, overrides, dtype=args.dtype)
     steps = STEPS if method == "gircse" else None
     encoder = GenembedEncoder(model, method=method, steps=steps, center=args.center)
+    starts = args.cluster_starts
     report = evaluate(
-        encoder, tasks, limit=args.limit or None, cache=EmbeddingCache(args.cache), out=folder / "eval.json", log=print
+        encoder,
+        tasks,
+        limit=args.limit or None,
+        cache=EmbeddingCache(args.cache),
+        out=folder / ("eval.json" if starts == 1 else f"eval_starts{starts}.json"),
+        log=print,
+        cluster_starts=starts,
     )
     at = report.views.index(MAIN_K) if MAIN_K in report.views else -1
     axes = {}
@@ -307,6 +333,11 @@ def _markdown(results: dict) -> str:
         f"Dev mean and task scores at K={MAIN_K}; "
         + (f"at most {info['limit']} rows per file; " if info["limit"] else "all rows; ")
         + ("centred embeddings (as genembed eval by default). " if info["center"] else "uncentred embeddings. ")
+        + (
+            f"Clustering and instruct tasks: mean V-measure over {info['cluster_starts']} k-means starts. "
+            if info.get("cluster_starts", 1) > 1
+            else ""
+        )
         + f"Δ: the row's mean at K={MAIN_K} minus the control's. "
         "Axes: V-measure of the instruct task's label axis under that axis' own instruction "
         "(the other axes' instructions in brackets). Train (s): the sum of the optimizer steps' times. "
@@ -328,9 +359,9 @@ def _markdown(results: dict) -> str:
         cells += [_fmt(r["eval"]["tasks"][t][at]) if t in r["eval"]["tasks"] else "-" for t in tasks]
         seconds = r["train_seconds"]
         cells += ["-" if seconds is None else f"{seconds:.0f}", _fmt(r["final_loss"])]
-        flag = "" if r["eval_settings"] == info else " (*)"
+        flag = "" if _settings(r) == _settings({"eval_settings": info}) else " (*)"
         lines.append(f"| {name}{flag} | " + " | ".join(cells) + " |")
-    if any(r["eval_settings"] != info for r in rows.values()):
+    if any(_settings(r) != _settings({"eval_settings": info}) for r in rows.values()):
         lines += ["", "(*) scored with other evaluation settings than the rest (see `eval_settings` in the JSON)."]
     lines += ["", "Commands (from the repository root):", ""]
     lines += [f"- {name}: `{r['command']}`" for name, r in rows.items()]

@@ -42,8 +42,13 @@ def test_eval_sweep_writes_json_markdown_and_plot(tiny_folder, toy_tasks, tmp_pa
     again = runner.invoke(app, [*args, "--out", str(tmp_path / "again.json"), "--limit", "3"])
     assert again.exit_code == 0, again.output
     limited = json.loads((tmp_path / "again.json").read_text())
-    assert limited["config"]["limit"] == 3
+    assert limited["config"]["limit"] == 3 and limited["config"]["cluster_starts"] == 1
     assert all(t["encoding"]["encoded"] == 0 for t in limited["tasks"])  # every limited text is already cached
+    starts = runner.invoke(app, [*args, "--out", str(tmp_path / "starts.json"), "--cluster-starts", "3"])
+    assert starts.exit_code == 0, starts.output
+    averaged = json.loads((tmp_path / "starts.json").read_text())
+    assert averaged["config"]["cluster_starts"] == 3
+    assert all(t["encoding"]["encoded"] == 0 for t in averaged["tasks"])  # re-scored from the cache
 
 
 def test_eval_center_flag_centres_after_the_cache(tiny_folder, toy_tasks, tmp_path):
@@ -79,6 +84,7 @@ def test_eval_mean_with_rerank(tiny_folder, toy_tasks, tmp_path):
         (["--method", "mean", "--steps", "3"], "steps apply only to method 'gircse'"),
         (["--attention", "sideways"], "attention must be"),
         (["--steps", "1,x"], "steps must be comma-separated integers"),
+        (["--cluster-starts", "0"], "--cluster-starts"),
     ],
 )
 def test_bad_settings_are_clean_errors(tiny_folder, toy_tasks, tmp_path, extra, message):

@@ -115,6 +115,30 @@ def test_rows_are_trained_scored_and_not_redone(script, toy_tasks, start_adapter
     monkeypatch.setattr(script, "load_trained", fail)
     assert script.main(argv)["runs"] == runs_json
     assert out.with_suffix(".md").read_text() == md
+    # rows written before cluster_starts existed were scored with one start: still done
+    legacy = json.loads(out.read_text())
+    for row in legacy["runs"].values():
+        del row["eval_settings"]["cluster_starts"]
+    out.write_text(json.dumps(legacy))
+    assert set(script.main(argv)["runs"]) == set(runs_json)
+    monkeypatch.undo()
+
+    # re-scored at the mean over 3 k-means starts: from the cache, without training
+    import genembed.training
+
+    monkeypatch.setattr(genembed.training, "train", fail)
+    starts_out = tmp_path / "results" / "starts.json"
+    rescored = script.main([*argv[:-1], str(starts_out), "--cluster-starts", "3"])["runs"]
+    for name, row in rescored.items():
+        report = json.loads((runs / name / "eval_starts3.json").read_text())
+        assert report["config"]["cluster_starts"] == 3 and row["eval_settings"]["cluster_starts"] == 3
+        assert all(t["encoding"]["encoded"] == 0 for t in report["tasks"])
+        assert row["eval"]["tasks"]["toy-sts"] == runs_json[name]["eval"]["tasks"]["toy-sts"]  # not clustered
+        assert row["train_seconds"] == runs_json[name]["train_seconds"]
+    assert "mean V-measure over 3 k-means starts" in starts_out.with_suffix(".md").read_text()
+    assert json.loads((runs / "control" / "eval.json").read_text())["config"]["cluster_starts"] == 1  # kept
+    with pytest.raises(SystemExit):
+        script.main([*argv, "--cluster-starts", "0"])
     # a mined file is not reused for a row that would mine it otherwise
     monkeypatch.undo()
     with pytest.raises(SystemExit, match=r"qa_pairs.jsonl was mined with .*'rows': 12.* this row needs .*'rows': 10"):

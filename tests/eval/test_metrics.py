@@ -106,6 +106,19 @@ def test_cluster_v_measure_settings_and_perfect_clusters():
     assert cluster_v_measure(blobs, [c for c in "xyz" for _ in range(5)]) == pytest.approx(100.0)
 
 
+def test_cluster_v_measure_starts_average_consecutive_seeds():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(60, 5)).astype(np.float32)
+    labels = [str(i % 3) for i in range(60)]
+    one = [cluster_v_measure(x, labels, seed=s) for s in (42, 43, 44, 45)]
+    assert len(set(one)) > 1  # the starts differ, so the mean is not any one of them
+    assert cluster_v_measure(x, labels, starts=4) == pytest.approx(np.mean(one))
+    assert cluster_v_measure(x, labels, starts=1) == one[0]
+    assert cluster_v_measure(x, labels, seed=43, starts=2) == pytest.approx(np.mean(one[1:3]))
+    with pytest.raises(ValueError, match="starts must be at least 1, got 0"):
+        cluster_v_measure(x, labels, starts=0)
+
+
 def test_normalize_and_pairwise_cosine():
     x = np.array([[3.0, 4.0], [0.0, 0.0]])
     assert np.allclose(l2_normalize(x), [[0.6, 0.8], [0.0, 0.0]])

@@ -86,6 +86,38 @@ def test_instruct_scores_own_cross_and_gap(toy_tasks):
     assert {"task:sentiment", "task:domain", "cross_mean"} <= set(d)
 
 
+def test_cluster_starts_score_the_mean_over_k_means_seeds(toy_tasks, tmp_path):
+    from genembed.eval.metrics import cluster_v_measure
+
+    encoder = Noisy()
+    tasks = [toy_tasks / "toy-clustering", toy_tasks / "toy-instruct"]
+    one = evaluate(encoder, tasks, progress=False)
+    five = evaluate(encoder, tasks, progress=False, cluster_starts=5, out=tmp_path / "five.json")
+    data = load_task(toy_tasks / "toy-clustering").data
+    x = l2_normalize(encoder.encode(data.texts, instruction=load_task(toy_tasks / "toy-clustering").instruction))
+    by_seed = [cluster_v_measure(x, data.labels, seed=s) for s in range(42, 47)]
+    assert one.tasks[0].scores == [pytest.approx(by_seed[0])]
+    assert five.tasks[0].scores == [pytest.approx(np.mean(by_seed))]
+    assert len(set(by_seed)) > 1  # otherwise the test could not tell one start from five
+    instruct = load_task(toy_tasks / "toy-instruct")
+    y = l2_normalize(encoder.encode(instruct.data.texts, instruction=instruct.instructions["sentiment"]))
+    expected = np.mean([cluster_v_measure(y, instruct.data.labels["sentiment"], seed=s) for s in range(42, 47)])
+    assert five.tasks[1].details[0]["axis:sentiment"] == pytest.approx(expected)
+    assert one.config["cluster_starts"] == 1 and five.config["cluster_starts"] == 5
+    assert "k-means starts 5" in (tmp_path / "five.md").read_text()
+    with pytest.raises(ValueError, match="cluster_starts must be at least 1"):
+        evaluate(encoder, tasks, progress=False, cluster_starts=0)
+
+
+class Noisy:
+    """Random vectors seeded by text and instruction: clusters that k-means splits differently per seed."""
+
+    name, cache_key = "noisy", None
+
+    def encode(self, texts, *, instruction):
+        return np.stack([np.random.default_rng(abs(hash((t, instruction))) % 2**32).normal(size=8) for t in texts])
+
+
 class Sweep:
     """A sweep encoder: view k is the bag of words plus k-dependent noise."""
 

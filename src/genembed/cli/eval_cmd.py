@@ -32,6 +32,14 @@ def eval_tasks(
     rerank_top: Annotated[
         int | None, typer.Option("--rerank-top", min=1, help="re-rank the top N of retrieval tasks generatively")
     ] = None,
+    cluster_starts: Annotated[
+        int,
+        typer.Option(
+            "--cluster-starts",
+            min=1,
+            help="score clustering and instruct tasks as the mean over N k-means starts (1: one start, seed 42)",
+        ),
+    ] = 1,
     out: Annotated[Path, typer.Option("--out", "-o", help="results JSON (also writes .md, and _scaling.png)")] = Path(
         "results.json"
     ),
@@ -86,6 +94,7 @@ def eval_tasks(
             out=out,
             log=typer.echo,
             config={"adapter_path": adapter, "model_arg": model},
+            cluster_starts=cluster_starts,
         )
     except DamagedFileError as exc:
         _fail(str(exc))

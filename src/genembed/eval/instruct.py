@@ -25,8 +25,9 @@ from .tasks import Task
 __all__ = ["evaluate_instruct"]
 
 
-def evaluate_instruct(task: Task, embed: Callable[..., np.ndarray]) -> TaskScores:
-    """Score an instruct task: per-axis, mean, cross-instruction and task-instruction V-measures."""
+def evaluate_instruct(task: Task, embed: Callable[..., np.ndarray], *, starts: int = 1) -> TaskScores:
+    """Score an instruct task: per-axis, mean, cross-instruction and task-instruction V-measures, each the
+    mean over ``starts`` k-means starts (see :func:`~genembed.eval.metrics.cluster_v_measure`)."""
     data = task.data
     axes = list(task.instructions)
     sources = {axis: task.instructions[axis] for axis in axes}
@@ -41,7 +42,7 @@ def evaluate_instruct(task: Task, embed: Callable[..., np.ndarray]) -> TaskScore
         for a in axes:
             for b, instruction in [*sources.items(), ("<task>", task.instruction)]:
                 vectors = by_instruction[instruction][:, v]
-                cell[a, b] = cluster_v_measure(vectors, data.labels[a])
+                cell[a, b] = cluster_v_measure(vectors, data.labels[a], starts=starts)
         own = {a: cell[a, a] for a in axes}
         cross = {(a, b): cell[a, b] for a in axes for b in axes if a != b}
         score = float(np.mean(list(own.values())))
