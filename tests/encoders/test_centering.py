@@ -142,6 +142,31 @@ def test_eval_caches_raw_embeddings_and_centres_after_lookup(tiny_model, tmp_pat
     assert again.stats["encoded"] == 0
 
 
+def test_eval_centres_come_from_the_cache_on_a_rerun(tiny_model, tmp_path, monkeypatch):
+    from genembed.encoders import centering
+    from genembed.eval import EmbeddingCache, GenembedEncoder
+    from genembed.eval.encoding import TextEmbedder
+
+    cache = EmbeddingCache(tmp_path / "cache.sqlite")
+    centred = GenembedEncoder(tiny_model, steps="1,3", center=True)
+    first = TextEmbedder(centred, cache, progress=False)
+    got = first(TEXTS, INSTRUCTION)
+    assert first.stats["encoded"] == len(TEXTS)  # the calibration texts are not counted as the task's
+    # the harness's centre is the model's own: mean of the calibration texts' normalised embeddings
+    np.testing.assert_allclose(first._centre(INSTRUCTION), centred.centre_for(INSTRUCTION), atol=1e-5)
+    assert len(cache.get(centred.cache_key, INSTRUCTION, 3, list(centering.calibration_texts()))) == 64
+
+    def no_encoding(*args, **kwargs):
+        raise AssertionError("a re-run encoded something")
+
+    centering.clear_centres()
+    monkeypatch.setattr(centering, "encode_texts", no_encoding)
+    monkeypatch.setattr(tiny_model, "encode", no_encoding)
+    again = TextEmbedder(GenembedEncoder(tiny_model, steps="1,3", center=True), cache, progress=False)
+    np.testing.assert_allclose(again(TEXTS, INSTRUCTION), got, atol=1e-6)
+    assert again.stats == {"texts": len(TEXTS), "encoded": 0, "cached": len(TEXTS), "encode_seconds": 0.0}
+
+
 def test_corpus_encoding_centres_like_the_model(tiny_model, tmp_path):
     from genembed.encoders.corpus import encode_corpus, load_corpus_embeddings
 

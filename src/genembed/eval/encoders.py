@@ -133,6 +133,15 @@ class GenembedEncoder:
             center=False,  # raw embeddings for the cache; centre_for gives the shift
         )
 
+    def calibration_texts(self) -> tuple[str, ...] | None:
+        """With centering, the texts whose mean normalised raw embedding is an instruction's centre (the
+        harness takes them through its cache); None without."""
+        if not self.center:
+            return None
+        from ..encoders.centering import calibration_texts
+
+        return calibration_texts()
+
     def centre_for(self, instruction: str) -> np.ndarray | None:
         """The centre subtracted from this instruction's normalised embeddings, ``(n_views or 1, dim)``,
         or None without centering."""

@@ -42,6 +42,7 @@ class TextEmbedder:
             self.cache.register(encoder.cache_key, encoder.name)
         self.chunk_size = chunk_size
         self.progress = progress
+        self._centres: dict[str, np.ndarray | None] = {}
         self.reset_stats()
 
     @property
@@ -56,22 +57,46 @@ class TextEmbedder:
         if not texts:
             return np.zeros((0, self.n_views, 0), dtype=np.float32)
         unique = list(dict.fromkeys(texts))
-        found = self._lookup(unique, instruction)
-        missing = [i for i in range(len(unique)) if i not in found]
         self.stats["texts"] += len(texts)
-        self.stats["cached"] += len(unique) - len(missing)
-        if missing:
-            found.update(self._encode(unique, missing, instruction, desc))
-        dims = {v.shape[-1] for v in found.values()}
-        if len(dims) > 1:
-            raise ValueError(f"embeddings of different sizes {sorted(dims)} for one encoder; clear the cache")
-        table = l2_normalize(np.stack([found[i] for i in range(len(unique))]))  # (n_unique, V, D)
-        centre_for = getattr(self.encoder, "centre_for", None)
-        shift = centre_for(instruction) if centre_for is not None else None
+        table = self._normalised(unique, instruction, desc, record=True)  # (n_unique, V, D)
+        shift = self._centre(instruction)
         if shift is not None:  # centering is applied after the cache, which holds raw embeddings
             table = l2_normalize(table - shift[None])
         position = {text: i for i, text in enumerate(unique)}
         return table[[position[t] for t in texts]]
+
+    def _normalised(self, unique: list[str], instruction: str, desc: str, *, record: bool) -> np.ndarray:
+        """``(len(unique), V, D)`` L2-normalised raw embeddings, from the cache or encoded (and stored)."""
+        found = self._lookup(unique, instruction)
+        missing = [i for i in range(len(unique)) if i not in found]
+        if missing:
+            found.update(self._encode(unique, missing, instruction, desc, record=record))
+        if record:
+            self.stats["cached"] += len(unique) - len(missing)
+        dims = {v.shape[-1] for v in found.values()}
+        if len(dims) > 1:
+            raise ValueError(f"embeddings of different sizes {sorted(dims)} for one encoder; clear the cache")
+        return l2_normalize(np.stack([found[i] for i in range(len(unique))]))
+
+    def _centre(self, instruction: str) -> np.ndarray | None:
+        """The ``(V, D)`` shift for ``instruction``, or None without centering.
+
+        An encoder that names its calibration texts (``calibration_texts()``) gets its centre, the mean of
+        their normalised raw embeddings per view, through the cache like any text set, so a re-run encodes
+        nothing; otherwise the encoder's own ``centre_for`` is asked."""
+        if instruction not in self._centres:
+            texts_of = getattr(self.encoder, "calibration_texts", None)
+            texts = list(texts_of() or ()) if texts_of is not None else []
+            if texts:
+                unique = list(dict.fromkeys(texts))
+                table = self._normalised(unique, instruction, "calibration", record=False)
+                position = {text: i for i, text in enumerate(unique)}
+                shift = table[[position[t] for t in texts]].mean(axis=0)
+            else:
+                centre_for = getattr(self.encoder, "centre_for", None)
+                shift = centre_for(instruction) if centre_for is not None else None
+            self._centres[instruction] = shift
+        return self._centres[instruction]
 
     def _view_ids(self) -> tuple[int, ...]:
         return self.views or (0,)
@@ -83,7 +108,9 @@ class TextEmbedder:
         complete = set.intersection(*(set(hits) for hits in per_view))
         return {i: np.stack([hits[i] for hits in per_view]) for i in complete}
 
-    def _encode(self, unique: list[str], missing: list[int], instruction: str, desc: str) -> dict[int, np.ndarray]:
+    def _encode(
+        self, unique: list[str], missing: list[int], instruction: str, desc: str, *, record: bool = True
+    ) -> dict[int, np.ndarray]:
         from tqdm.auto import tqdm
 
         order = sorted(missing, key=lambda i: -len(unique[i]))  # similar lengths share encode batches
@@ -99,8 +126,9 @@ class TextEmbedder:
                         self.cache.put(self.encoder.cache_key, instruction, view, chunk, vectors[:, j])
                 out.update(zip(ids, vectors, strict=True))
                 bar.update(len(ids))
-        self.stats["encoded"] += len(order)
         self.stats["encode_seconds"] += time.perf_counter() - start
+        if record:  # the counters describe the texts asked for; a calibration set only costs time
+            self.stats["encoded"] += len(order)
         return out
 
     def _run_encoder(self, texts: list[str], instruction: str) -> np.ndarray:
