@@ -91,9 +91,9 @@ def main(argv: list[str] | None = None) -> dict:
     results.setdefault("runs", {})
     results["info"] = {"git_commit": git_commit(), "eval": settings, "mine_limit": args.mine_limit}
     results.setdefault("references", {}).update(_reference(spec, settings) for spec in args.reference)
-    if args.reference:  # in the table even when every row is done
-        results = save_row(args.out, results, None, None, _markdown)
-        _plot(results, args.out.with_suffix(".png"))
+    # the table and plot are rewritten even when every row is done (new references, settings or layout)
+    results = save_row(args.out, results, None, None, _markdown)
+    _plot(results, args.out.with_suffix(".png"))
     for name, (config, overrides, cfg) in rows.items():
         folder = Path(cfg.train.output_dir)
         done = results["runs"].get(name, {})
