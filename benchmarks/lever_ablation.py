@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> dict:
     for name, (config, overrides, cfg) in rows.items():
         folder = Path(cfg.train.output_dir)
         done = results["runs"].get(name, {})
-        if done and _settings(done) == settings and (folder / "summary.json").is_file():
+        if done and _settings(done["eval_settings"]) == settings and (folder / "summary.json").is_file():
             print(f"{name}: done")
             continue
         _prepare(args, cfg)
@@ -167,9 +167,9 @@ def _reference(spec: str, settings: dict[str, Any]) -> tuple[str, dict[str, Any]
     return name, entry
 
 
-def _settings(entry: dict[str, Any]) -> dict[str, Any]:
-    """A row's evaluation settings; rows scored before ``cluster_starts`` existed used one start."""
-    return {"cluster_starts": 1} | entry["eval_settings"]
+def _settings(eval_settings: dict[str, Any]) -> dict[str, Any]:
+    """A row's evaluation settings in full; rows scored before ``cluster_starts`` existed used one start."""
+    return {"cluster_starts": 1} | eval_settings
 
 
 def _axis(details: dict[str, float], axis: str) -> dict[str, float | None]:
@@ -322,7 +322,7 @@ def _fmt(value: float | None) -> str:
 
 
 def _markdown(results: dict) -> str:
-    info = results["info"]["eval"]
+    info = _settings(results["info"]["eval"])
     rows = {**{f"{n} (reference)": r for n, r in results.get("references", {}).items()}, **results["runs"]}
     tasks = sorted({t for r in rows.values() for t in r["eval"]["tasks"]})
     axes = sorted({(t, a) for r in rows.values() for t, by in r["axes"].items() for a in by})
@@ -335,7 +335,7 @@ def _markdown(results: dict) -> str:
         + ("centred embeddings (as genembed eval by default). " if info["center"] else "uncentred embeddings. ")
         + (
             f"Clustering and instruct tasks: mean V-measure over {info['cluster_starts']} k-means starts. "
-            if info.get("cluster_starts", 1) > 1
+            if info["cluster_starts"] > 1
             else ""
         )
         + f"Δ: the row's mean at K={MAIN_K} minus the control's. "
@@ -359,9 +359,9 @@ def _markdown(results: dict) -> str:
         cells += [_fmt(r["eval"]["tasks"][t][at]) if t in r["eval"]["tasks"] else "-" for t in tasks]
         seconds = r["train_seconds"]
         cells += ["-" if seconds is None else f"{seconds:.0f}", _fmt(r["final_loss"])]
-        flag = "" if _settings(r) == _settings({"eval_settings": info}) else " (*)"
+        flag = "" if _settings(r["eval_settings"]) == info else " (*)"
         lines.append(f"| {name}{flag} | " + " | ".join(cells) + " |")
-    if any(_settings(r) != _settings({"eval_settings": info}) for r in rows.values()):
+    if any(_settings(r["eval_settings"]) != info for r in rows.values()):
         lines += ["", "(*) scored with other evaluation settings than the rest (see `eval_settings` in the JSON)."]
     lines += ["", "Commands (from the repository root):", ""]
     lines += [f"- {name}: `{r['command']}`" for name, r in rows.items()]

@@ -155,6 +155,8 @@ def test_eval_centres_come_from_the_cache_on_a_rerun(tiny_model, tmp_path, monke
     # the harness's centre is the model's own: mean of the calibration texts' normalised embeddings
     np.testing.assert_allclose(first._centre(INSTRUCTION), centred.centre_for(INSTRUCTION), atol=1e-5)
     assert len(cache.get(centred.cache_key, INSTRUCTION, 3, list(centering.calibration_texts()))) == 64
+    # without a cache the model's memoised centre is used: the same embeddings
+    np.testing.assert_allclose(TextEmbedder(centred, None, progress=False)(TEXTS, INSTRUCTION), got, atol=1e-5)
 
     def no_encoding(*args, **kwargs):
         raise AssertionError("a re-run encoded something")

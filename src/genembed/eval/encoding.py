@@ -81,12 +81,13 @@ class TextEmbedder:
     def _centre(self, instruction: str) -> np.ndarray | None:
         """The ``(V, D)`` shift for ``instruction``, or None without centering.
 
-        An encoder that names its calibration texts (``calibration_texts()``) gets its centre, the mean of
-        their normalised raw embeddings per view, through the cache like any text set, so a re-run encodes
-        nothing; otherwise the encoder's own ``centre_for`` is asked."""
+        With a cache, an encoder that names its calibration texts (``calibration_texts()``) gets its centre,
+        the mean of their normalised raw embeddings per view, through the cache like any text set, so a
+        re-run encodes nothing; otherwise the encoder's own ``centre_for`` is asked (the model memoises
+        its centres, which serves runs without a cache better than encoding them here again)."""
         if instruction not in self._centres:
             texts_of = getattr(self.encoder, "calibration_texts", None)
-            texts = list(texts_of() or ()) if texts_of is not None else []
+            texts = list(texts_of() or ()) if texts_of is not None and self.cache is not None else []
             if texts:
                 unique = list(dict.fromkeys(texts))
                 table = self._normalised(unique, instruction, "calibration", record=False)
