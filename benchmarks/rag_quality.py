@@ -290,6 +290,9 @@ def resummarize(path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--adapter", default=None, help="adapter folder or 'none' (default: the shipped one)")
+    parser.add_argument(
+        "--generator", default=None, help="generation adapter folder, 'base' or 'adapter' (default: genembed.load's)"
+    )
     parser.add_argument("--method", default="gircse", help="index embedding method: gircse, mean, last or grit")
     parser.add_argument("--sets", nargs="+", default=["wikiqa", "extractive"], choices=["wikiqa", "extractive"])
     parser.add_argument("--questions", type=int, default=30, help="WikiQA questions")
@@ -312,15 +315,18 @@ def main() -> None:
 
     import genembed
     from genembed.encoders.settings import EmbedSettings
+    from genembed.retrieval.kv_source import generation_weights
 
     torch.set_num_threads(args.threads)
     adapter = False if args.adapter == "none" else args.adapter
-    model = genembed.load(adapter=adapter, dtype="float32")
+    generator = {"base": False, "adapter": True}.get(args.generator, args.generator)
+    model = genembed.load(adapter=adapter, dtype="float32", generation_adapter=generator)
     config = EmbedSettings(method=args.method, tau=model.tau, max_length=512, center=model.center)
     report = {
         "config": {**vars(args), "out": str(args.out), "model": model.name, "embed": config.to_dict()},
         "git_commit": git_commit(),
         "generation_adapter": model.generation_adapter,
+        "generation_weights": generation_weights(model),
         "sets": {},
     }
     if config.center:  # compute the documents' centre once before any timed build (it is memoised)
@@ -361,6 +367,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     suffix = ("default" if args.adapter is None else Path(args.adapter).name) + ("_build" if args.build_only else "")
     suffix += "".join(f"_recompute{share:g}" for share in args.recompute)
+    suffix += f"_gen-{model.generation_adapter_name}" if model.generation_adapter_name else ""
     path = args.out / f"rag_quality_{args.method}_{suffix}.json"
     path.write_text(json.dumps(report, indent=2, ensure_ascii=False))
     for name, result in report["sets"].items():

@@ -71,6 +71,7 @@ def main() -> None:
         default=None,
         help="rerank with / without the adapter (default: with it only if it was trained jointly)",
     )
+    parser.add_argument("--generator", default=None, help="generation adapter folder to rerank with (a second LoRA)")
     parser.add_argument("--method", default="mean", help="embedding method: gircse, mean, last or grit")
     parser.add_argument("--steps", type=int, default=5, help="GIRCSE soft tokens K")
     parser.add_argument("--rerank-top", type=int, default=10, help="candidates reranked per query")
@@ -95,7 +96,7 @@ def main() -> None:
     data = task.data
     args.out.mkdir(parents=True, exist_ok=True)
     adapter = False if args.adapter == "none" else args.adapter
-    model = genembed.load(args.model, adapter=adapter, dtype=args.dtype)
+    model = genembed.load(args.model, adapter=adapter, dtype=args.dtype, generation_adapter=args.generator)
     if args.generation_adapter is not None:
         model.generation_adapter = args.generation_adapter
     encode_kwargs = {"method": args.method, "max_length": args.max_length}
@@ -106,6 +107,7 @@ def main() -> None:
         "limit": args.limit,
         "model": model.name,
         "generation_adapter": model.generation_adapter,
+        **({"generator": model.generation_adapter_name} if args.generator else {}),
         "dtype": args.dtype,
         "encode": encode_kwargs,
         "rerank_top": args.rerank_top,

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ._peft import quiet_peft
 from .adapter_info import read_trained_for
 from .backbone.default_model import MissingModelError
 from .backbone.device import resolve_device
@@ -67,6 +68,7 @@ def load(
     *,
     tau: float | None = None,
     center: bool | None = None,
+    generation_adapter: str | os.PathLike | bool | None = None,
 ) -> GenerativeEmbedder:
     """Load a model for embedding (and generation, reranking, RAG).
 
@@ -95,6 +97,11 @@ def load(
         center: per-instruction centering in ``encode`` by default (see
             :mod:`genembed.encoders.centering`). None: the saved model's setting; else on with a
             shipped adapter, where it was measured to help (MODEL_CARD.md), off otherwise.
+        generation_adapter: the weights chat, reranking, RAG answers and stored KV states use. None: as
+            above (the adapter when it was trained for generation too, else the base weights; a saved
+            model: as it was saved). True / False: the embedding adapter / the base weights. A folder or
+            shipped adapter name: a second LoRA adapter loaded beside the embedding one and used for
+            generation only (``model.generation_adapter == "generation"``); embeddings do not change.
 
     Raises:
         MissingModelError: the model or adapter is not on disk; the message says how to get it.
@@ -104,7 +111,9 @@ def load(
     device = resolve_device(device)
     saved = saved_folder(model)
     if saved is not None:
-        return _load_saved(saved, adapter=adapter, dtype=dtype, device=device, tau=tau, center=center)
+        return _load_saved(
+            saved, adapter=adapter, dtype=dtype, device=device, tau=tau, center=center, generator=generation_adapter
+        )
     backbone = load_backbone(model, dtype=dtype, device=device)
     if adapter is None and model is None:
         adapter = default_adapter()
@@ -123,7 +132,27 @@ def load(
     model.adapter_path = str(adapter_path.resolve()) if adapter_path else None
     model.trained_for = trained_for
     model.generation_adapter = bool(trained_for and trained_for.generation)
+    _choose_generator(model, generation_adapter)
     return model
+
+
+def _choose_generator(
+    model: GenerativeEmbedder, choice: str | os.PathLike | bool | None, name: str | None = None
+) -> None:
+    """Apply ``load``'s ``generation_adapter`` argument: None keeps the model's default, a bool sets it, a
+    folder or shipped name is loaded as the generation adapter (``name``: what to call it, else its folder's)."""
+    if choice is None:
+        return
+    if isinstance(choice, bool):
+        model.generation_adapter = choice
+        return
+    from .generation.adapters import GENERATION_ADAPTER, attach_generation_adapter
+
+    folder = adapter_folder(_adapter_path(choice), "generation adapter folder")
+    attach_generation_adapter(model.backbone, folder)
+    model.generation_adapter_name = name or folder.resolve().name
+    model.generation_adapter_path = str(folder.resolve())
+    model.generation_adapter = GENERATION_ADAPTER
 
 
 def saved_folder(model: str | os.PathLike | None) -> Path | None:
@@ -144,7 +173,7 @@ def saved_folder(model: str | os.PathLike | None) -> Path | None:
 
 
 def _load_saved(
-    folder: Path, *, adapter: Any, dtype: str, device: str, tau: float | None, center: bool | None
+    folder: Path, *, adapter: Any, dtype: str, device: str, tau: float | None, center: bool | None, generator: Any
 ) -> GenerativeEmbedder:
     settings = read_settings(folder)
     where = folder / SETTINGS_FILE
@@ -173,7 +202,7 @@ def _load_saved(
         adapter_name = adapter_path.name
     trained_for = read_trained_for(adapter_path) if adapter_path else None
     if adapter_path == folder:  # the saved model's own adapter: as it was saved
-        joint = bool(settings.get("generation_adapter"))
+        joint = settings.get("generation_adapter") is True
     else:
         joint = bool(trained_for and trained_for.generation)
     encode = dict(settings["encode"])
@@ -187,6 +216,16 @@ def _load_saved(
     model.generation_adapter = joint
     model.adapter_path = str(adapter_path.resolve()) if adapter_path else None
     model.trained_for = trained_for
+    from .generation.adapters import GENERATION_ADAPTER
+
+    if generator is None and (folder / GENERATION_ADAPTER / "adapter_config.json").is_file():  # saved with one
+        _choose_generator(model, folder / GENERATION_ADAPTER, name=settings.get("generation_adapter_name"))
+        try:
+            model.generation_adapter = settings.get("generation_adapter") or False
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{where}: field generation_adapter: {exc}") from exc
+    else:
+        _choose_generator(model, generator)
     digest = settings.get("calibration_sha256")
     if model.center and digest and digest != calibration_digest():
         logger.warning(
@@ -239,4 +278,6 @@ def attach_adapter(backbone, adapter_path: Path) -> None:
     """Wrap the backbone's model with a saved LoRA adapter (peft), in eval mode."""
     from peft import PeftModel
 
-    backbone.model = PeftModel.from_pretrained(backbone.model, str(adapter_folder(adapter_path))).eval()
+    folder = adapter_folder(adapter_path)
+    with quiet_peft():
+        backbone.model = PeftModel.from_pretrained(backbone.model, str(folder)).eval()

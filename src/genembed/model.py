@@ -77,8 +77,11 @@ class GenerativeEmbedder:
         # per-instruction centering by default in encode (genembed.encoders.centering); load() turns it
         # on for the shipped adapter
         self.center = center
-        # generate/rerank with the LoRA adapter (True: a GRIT jointly trained adapter) or with the base
-        # weights (False: an embedding-only adapter); see genembed.generation.adapters and docs/grit.md
+        # generate/rerank with the LoRA adapter (True: a GRIT jointly trained adapter), with the base
+        # weights (False: an embedding-only adapter) or with a generation adapter loaded beside it
+        # ("generation"); see genembed.generation.adapters and docs/grit.md
+        self.generation_adapter_name: str | None = None  # that adapter's name and folder, when loaded
+        self.generation_adapter_path: str | None = None
         self.generation_adapter = False
         EmbedSettings.build(method=method, steps=steps, attention=attention, prompt_format=prompt_format, tau=tau)
         self.method, self.steps, self.attention, self.prompt_format = method, steps, attention, prompt_format
@@ -95,6 +98,27 @@ class GenerativeEmbedder:
     def name(self) -> str:
         """Backbone name plus adapter, used in cache keys and reports."""
         return self.backbone.name + (f"+{self.adapter}" if self.adapter else "")
+
+    @property
+    def generation_adapter(self) -> bool | str:
+        """The weights chat, reranking and RAG run on: False (the base weights), True (the embedding
+        adapter, for a jointly trained one) or ``"generation"`` (the generation adapter loaded with
+        ``genembed.load(generation_adapter=...)``)."""
+        return self._generation_adapter
+
+    @generation_adapter.setter
+    def generation_adapter(self, value: bool | str) -> None:
+        from .generation.adapters import GENERATION_ADAPTER
+
+        if isinstance(value, str):
+            if value != GENERATION_ADAPTER or self.generation_adapter_name is None:
+                raise ValueError(
+                    f"generation_adapter must be True, False or {GENERATION_ADAPTER!r} with a generation adapter "
+                    f"loaded (genembed.load(generation_adapter=FOLDER)); got {value!r}"
+                )
+        elif not isinstance(value, bool):
+            raise TypeError(f"generation_adapter must be a bool or {GENERATION_ADAPTER!r}, got {type(value).__name__}")
+        self._generation_adapter = value
 
     @property
     def dim(self) -> int:

@@ -5,13 +5,16 @@ A saved folder holds:
 - ``genembed.json``: the settings (:data:`SETTINGS_FILE`, below);
 - ``adapter_config.json`` + ``adapter_model.safetensors``: the LoRA adapter, when the model has one
   (peft's own format, so ``genembed.load(base, adapter=folder)`` and peft read it too);
+- ``generation/``: the generation adapter loaded beside it, when there is one (peft's layout for a
+  second adapter);
 - ``backbone/``: the backbone's weights and tokenizer (a transformers folder), when they cannot be
   found again by name (a model built in memory) or when asked with ``save_backbone=True``.
 
 ``genembed.json`` records the backbone by what loads it (``"bundled"`` for the bundled default, a hub
 id, an absolute path, or ``"backbone/"`` inside the folder), the encoding defaults (method, steps,
 attention, prompt format, tau, centering, truncate_dim), the named instructions (``prompts``,
-``default_prompt_name``), ``similarity_fn_name``, whether generation uses the adapter, and, with
+``default_prompt_name``), ``similarity_fn_name``, which weights generation uses (and the generation
+adapter's name), and, with
 centering on, a digest of the calibration texts the centres come from, so that a change to the
 bundled texts is reported on load. Copy the folder into the HF cache layout
 (``models--org--name/snapshots/<rev>/``, e.g. by uploading it and downloading it with ``hf download``)
@@ -40,7 +43,7 @@ SETTINGS_FILE = "genembed.json"
 BACKBONE_SUBFOLDER = "backbone"
 FORMAT = 1  # genembed.json layout version
 _ENCODE_KEYS = ("method", "steps", "attention", "prompt_format", "tau", "center", "truncate_dim")
-_MODEL_KEYS = ("prompts", "default_prompt_name", "similarity_fn_name", "generation_adapter")
+_MODEL_KEYS = ("prompts", "default_prompt_name", "similarity_fn_name", "generation_adapter", "generation_adapter_name")
 
 
 def save_model(model: GenerativeEmbedder, folder: str | os.PathLike, *, save_backbone: bool | None = None) -> Path:

@@ -44,3 +44,29 @@ def test_conversation_keeps_history_and_reset_clears_it(saved):
     fresh = model.generate("how are you?", max_new_tokens=8)
     assert second != fresh  # the history matters, so the check below can fail
     assert result.stdout == f"> {first}\n> {second}\n> > {fresh}\n> \n"
+
+
+def test_generator_option_chats_with_a_generation_adapter(saved, tmp_path):
+    import copy
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    import genembed
+
+    path, model = saved
+    torch.manual_seed(3)
+    config = LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "up_proj"], init_lora_weights=False)
+    get_peft_model(copy.deepcopy(model.backbone.model), config).save_pretrained(tmp_path / "gen")
+    prompt = ["chat", "--model", path, "-p", "What is the capital of France?", "-n", "12"]
+    result = runner.invoke(app, [*prompt, "--generator", str(tmp_path / "gen")])
+    assert result.exit_code == 0, result.output
+    expected = genembed.load(path, generation_adapter=tmp_path / "gen").generate(
+        "What is the capital of France?", max_new_tokens=12
+    )
+    assert expected != model.generate("What is the capital of France?", max_new_tokens=12)
+    assert result.stdout == expected + "\n"
+    result = runner.invoke(app, [*prompt, "--generator", "base", "--generation-adapter"])
+    assert result.exit_code == 2 and "not both" in result.output
+    result = runner.invoke(app, [*prompt, "--generator", str(tmp_path / "missing")])
+    assert result.exit_code == 2 and "generation adapter folder" in result.output

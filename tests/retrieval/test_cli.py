@@ -65,6 +65,30 @@ def test_cli_errors_are_clean(model_dir, docs_file, tmp_path):
     assert "Traceback" not in result.output
 
 
+def test_a_generation_adapter_is_kept_with_the_index(model_dir, tiny, docs_file, tmp_path):
+    """`index build --generator` records the generator; `ask` loads it again, and refuses other weights."""
+    import copy
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(5)
+    config = LoraConfig(r=4, lora_alpha=16, target_modules=["k_proj", "down_proj"], init_lora_weights=False)
+    get_peft_model(copy.deepcopy(tiny.model), config).save_pretrained(tmp_path / "rag-lora")
+    out = tmp_path / "idx"
+    result = _build(model_dir, [docs_file], out, "--store-kv", "--generator", str(tmp_path / "rag-lora"))
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["model"]["ref"]["generator"] == str((tmp_path / "rag-lora").resolve())
+    assert manifest["kv"]["source"]["adapter"].startswith("rag-lora@sha256:")
+    result = runner.invoke(app, ["ask", str(out), "capital of France?", "--cache", "doc", "--max-new-tokens", "3"])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["ask", str(out), "capital of France?", "--cache", "doc", "--generator", "base"])
+    assert result.exit_code == 2 and "stores KV states of tiny-model + adapter rag-lora@sha256:" in " ".join(
+        result.output.split()
+    )
+
+
 def test_ask_refuses_kv_states_of_other_weights(model_dir, docs_file, tmp_path):
     out = tmp_path / "idx"
     assert _build(model_dir, [docs_file], out, "--store-kv").exit_code == 0

@@ -10,7 +10,7 @@ import torch
 from genembed.adapter_info import TrainedFor
 from genembed.backbone.attention import run_decoder
 from genembed.encoders.settings import EmbedSettings
-from genembed.generation.adapters import adapter_mode
+from genembed.generation.adapters import GENERATION_ADAPTER, adapter_mode, attach_generation_adapter
 from genembed.generation.decoding import decode_stream
 from genembed.model import GenerativeEmbedder
 from genembed.retrieval import index_build, rag
@@ -59,6 +59,20 @@ def lora_model(_tiny_backbone):
     return model
 
 
+@pytest.fixture
+def generator_model(lora_model, _tiny_backbone, tmp_path):
+    """``lora_model`` with a generation adapter beside its embedding adapter (other weights and modules)."""
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(7)
+    config = LoraConfig(r=4, lora_alpha=16, target_modules=["k_proj", "o_proj", "up_proj"], init_lora_weights=False)
+    get_peft_model(copy.deepcopy(_tiny_backbone.model), config).save_pretrained(tmp_path / "rag-lora")
+    attach_generation_adapter(lora_model.backbone, tmp_path / "rag-lora")
+    lora_model.generation_adapter_name, lora_model.generation_adapter_path = "rag-lora", str(tmp_path / "rag-lora")
+    lora_model.generation_adapter = GENERATION_ADAPTER
+    return lora_model
+
+
 def _greedy(model, context: Context, n: int = 16) -> tuple[list[int], torch.Tensor]:
     """Greedy ids (no EOS stop) and the first step's next-token logits, with the generation weights."""
     lm = model.backbone.model
@@ -89,14 +103,13 @@ def _full_pass(model, context: Context) -> list[tuple[torch.Tensor, torch.Tensor
     return cache_layers(out.cache)
 
 
-@pytest.mark.parametrize("with_adapter", [False, True])
+@pytest.mark.parametrize("weights", ["tiny_model", "lora_model", "generator_model"])
 @pytest.mark.parametrize(("mode", "order"), FIRST_CACHED)
-def test_the_first_cached_segment_equals_a_full_causal_pass(
-    tiny_model, lora_model, docs_file, tmp_path, mode, order, with_adapter
-):
+def test_the_first_cached_segment_equals_a_full_causal_pass(request, docs_file, tmp_path, mode, order, weights):
     """The issue's check: the cached and the uncached prompt give equal states for the head and the
-    first segment (1e-4, float32), also when the model embeds with an adapter it does not generate with."""
-    model = lora_model if with_adapter else tiny_model
+    first segment (1e-4, float32), also when the model embeds with an adapter it does not generate with
+    (the base weights generate, or a generation adapter loaded beside it)."""
+    model = request.getfixturevalue(weights)
     index = _index(model, docs_file, tmp_path, "gircse")
     query, sources = retrieve(model, index, QUESTION, top_k=3, keep_query_kv=True)
     context_order = mode_layout(mode, order)[0]
@@ -207,6 +220,28 @@ def test_an_embedding_only_adapter_stores_the_base_weights_states(lora_model, do
     assert (stored[0] - adapted[0]).abs().max() > 1e-3
     for mode in CACHED_MODES:
         answer = ask(lora_model, index, QUESTION, cache=mode, top_k=2, max_new_tokens=3)
+        assert answer.cached_tokens > 0 and answer.prompt_tokens > answer.cached_tokens
+
+
+def test_a_generation_adapter_stores_its_own_states(generator_model, docs_file, tmp_path):
+    """States come from a second pass with the generation adapter, are recorded under its name and digest,
+    and are refused once the model generates with other weights."""
+    index = _index(generator_model, docs_file, tmp_path, "gircse")
+    source = index.kv_source
+    assert source["adapter"].startswith("rag-lora@sha256:") and source["pass"] == "generation"
+    tok = generator_model.backbone.tokenizer
+    ids = index.rag_prompt.passage_ids(tok, [index.text(1)])[0]
+    _, (expected,) = segment_states(generator_model, index.rag_prompt.head_ids(tok), [ids])
+    generator_model.generation_adapter = False
+    _, (base,) = segment_states(generator_model, index.rag_prompt.head_ids(tok), [ids])
+    stored = index.kv(1, tokens=len(ids))
+    torch.testing.assert_close(stored[0], expected[0], atol=1e-5, rtol=1e-4)
+    assert (stored[0] - base[0]).abs().max() > 1e-3
+    with pytest.raises(KVSourceError, match=r"stores KV states of tiny-llama-0 \+ adapter rag-lora@sha256:"):
+        ask(generator_model, index, QUESTION, cache="doc", max_new_tokens=1)
+    generator_model.generation_adapter = GENERATION_ADAPTER
+    for mode in CACHED_MODES:
+        answer = ask(generator_model, index, QUESTION, cache=mode, top_k=2, max_new_tokens=3)
         assert answer.cached_tokens > 0 and answer.prompt_tokens > answer.cached_tokens
 
 

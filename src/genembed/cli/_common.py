@@ -25,6 +25,15 @@ AdapterOpt = Annotated[
         help="LoRA adapter folder or shipped adapter name (gircse, joint); 'none': the raw backbone (default: gircse)",
     ),
 ]
+GeneratorOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--generator",
+        help="weights that generate (chat, rerank, RAG answers, stored KV states): 'base' (the backbone's), "
+        "'adapter' (the embedding adapter), or a second LoRA adapter folder or shipped name used for generation "
+        "only (default: the adapter if it was trained for generation, else the backbone's)",
+    ),
+]
 CenterOpt = Annotated[
     bool | None,
     typer.Option(
@@ -48,8 +57,22 @@ DeviceOpt = Annotated[
 ]
 
 
+def pick_generator(generator: str | None, generation_adapter: bool | None) -> str | None:
+    """``--generator``, or the older ``--generation-adapter/--no-generation-adapter`` spelled as one."""
+    if generation_adapter is None:
+        return generator
+    if generator is not None:
+        raise typer.BadParameter("give --generator or --generation-adapter/--no-generation-adapter, not both")
+    return "adapter" if generation_adapter else "base"
+
+
 def load_model(
-    model: str | None, adapter: str | None, dtype: str = "auto", center: bool | None = None, device: str = "auto"
+    model: str | None,
+    adapter: str | None,
+    dtype: str = "auto",
+    center: bool | None = None,
+    device: str = "auto",
+    generator: str | None = None,
 ) -> Any:
     """Load a model, turning a missing model or a bad setting into a clean CLI error instead of a traceback."""
     import genembed
@@ -58,7 +81,23 @@ def load_model(
 
     try:
         chosen = False if adapter is not None and adapter.lower() == "none" else adapter
-        return genembed.load(model, adapter=chosen, dtype=dtype, device=device, center=center)
+        generation = {"base": False, "adapter": True}.get((generator or "").lower(), generator)
+        return genembed.load(
+            model, adapter=chosen, dtype=dtype, device=device, center=center, generation_adapter=generation
+        )
     except (MissingModelError, DamagedFileError, ValueError) as exc:
         typer.secho(f"error: {exc}", fg="red", err=True)
         raise typer.Exit(2) from exc
+
+
+def load_index_model(
+    ref: dict[str, Any], model: str | None, adapter: str | None, generator: str | None, dtype: str, device: str
+) -> Any:
+    """The model an index was built with (its manifest's ``model.ref``), unless the options name another."""
+    return load_model(
+        model or ref.get("model"),
+        adapter or ref.get("adapter"),
+        dtype,
+        device=device,
+        generator=generator or ref.get("generator"),
+    )

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from . import _store
-from ._common import AdapterOpt, DeviceOpt, DtypeOpt, ModelOpt, load_model
+from ._common import AdapterOpt, DeviceOpt, DtypeOpt, GeneratorOpt, ModelOpt, load_index_model
 
 
 def ask(
@@ -45,6 +45,7 @@ def ask(
     ] = 1.0,
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
+    generator: GeneratorOpt = None,
     dtype: DtypeOpt = "auto",
     device: DeviceOpt = "auto",
     filter: _store.FilterOpt = None,
@@ -74,7 +75,7 @@ def ask(
     except (IndexLoadError, FileNotFoundError, ValueError) as exc:
         fail(str(exc))
     ref = index.manifest["model"].get("ref", {})
-    loaded = load_model(model or ref.get("model"), adapter or ref.get("adapter"), dtype, device=device)
+    loaded = load_index_model(ref, model, adapter, generator, dtype, device)
     console = Console(width=140)
     console.print(f"[bold]Q:[/bold] {question}")
     console.print("[bold]A:[/bold] ", end="")

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from ._common import AdapterOpt, DeviceOpt, DtypeOpt, ModelOpt, load_model
+from ._common import AdapterOpt, DeviceOpt, DtypeOpt, GeneratorOpt, ModelOpt, load_model, pick_generator
 
 _HELP = "Type a message; /reset clears the conversation, /exit (or Ctrl-D) quits."
 
@@ -34,15 +34,14 @@ def chat(
     ] = None,
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
+    generator: GeneratorOpt = None,
     dtype: DtypeOpt = "auto",
     device: DeviceOpt = "auto",
 ) -> None:
     """Chat with the model in the terminal (replies stream as they are generated)."""
     if top_p <= 0.0:
         raise typer.BadParameter("--top-p must be > 0")
-    loaded = load_model(model, adapter, dtype, device=device)
-    if generation_adapter is not None:
-        loaded.generation_adapter = generation_adapter
+    loaded = load_model(model, adapter, dtype, device=device, generator=pick_generator(generator, generation_adapter))
     messages: list[dict] = [{"role": "system", "content": system}] if system else []
     settings = {"max_new_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p, "seed": seed}
 

@@ -20,7 +20,9 @@ from ._common import (
     CenterOpt,
     DeviceOpt,
     DtypeOpt,
+    GeneratorOpt,
     ModelOpt,
+    load_index_model,
     load_model,
 )
 
@@ -81,6 +83,7 @@ def build(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="replace an existing index at --out")] = False,
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
+    generator: GeneratorOpt = None,
     dtype: DtypeOpt = "auto",
     device: DeviceOpt = "auto",
     center: CenterOpt = None,
@@ -111,7 +114,7 @@ def build(
         store = {"index_params": parse_search_params(index_param), "search_params": parse_search_params(search_param)}
     except ValueError as exc:
         _fail(str(exc))
-    loaded = load_model(model, adapter, dtype, center, device)
+    loaded = load_model(model, adapter, dtype, center, device, generator)
     config = config.replace(tau=loaded.tau, center=loaded.center)
     try:
         index = build_index(
@@ -126,7 +129,7 @@ def build(
             batch_size=batch_size,
             shard_size=shard_size,
             overwrite=overwrite,
-            model_ref={"model": _ref(model), "adapter": _ref(adapter)},
+            model_ref={"model": _ref(model), "adapter": _ref(adapter), "generator": _ref(generator)},
             index_type=index_type,
             kv_dir=kv_dir,
             **store,
@@ -144,6 +147,7 @@ def add(
     shard_size: ShardOpt = None,
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
+    generator: GeneratorOpt = None,
     dtype: DtypeOpt = "auto",
     device: DeviceOpt = "auto",
     collection: _store.CollectionOpt = None,
@@ -159,7 +163,7 @@ def add(
         ref = _store.manifest_of(where).get("model", {}).get("ref", {})
     except IndexLoadError as exc:
         _fail(str(exc))
-    loaded = load_model(model or ref.get("model"), adapter or ref.get("adapter"), dtype, device=device)
+    loaded = load_index_model(ref, model, adapter, generator, dtype, device)
     try:
         index = add_to_index(loaded, where, sources, batch_size=batch_size, shard_size=shard_size)
     except _input_errors() as exc:

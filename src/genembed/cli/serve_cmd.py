@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ._common import AdapterOpt, CenterOpt, DeviceOpt, DtypeOpt, ModelOpt, load_model
+from ._common import AdapterOpt, CenterOpt, DeviceOpt, DtypeOpt, GeneratorOpt, ModelOpt, load_model, pick_generator
 
 _LIMITS = "Limits and batching"
 
@@ -21,6 +21,7 @@ def _limit(help: str) -> Any:
 def serve(
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
+    generator: GeneratorOpt = None,
     dtype: DtypeOpt = "auto",
     device: DeviceOpt = "auto",
     center: CenterOpt = None,
@@ -127,14 +128,12 @@ def serve(
         import torch
 
         torch.set_num_threads(threads)
-    loaded = load_model(model, adapter, dtype, center, device)
+    loaded = load_model(model, adapter, dtype, center, device, pick_generator(generator, generation_adapter))
     try:  # a model saved with its settings (model.save) serves its own method and K unless told otherwise
         settings = replace(settings, method=method or loaded.method, default_steps=steps or loaded.steps)
     except ValueError as exc:
         typer.secho(f"error: {exc}", fg="red", err=True)
         raise typer.Exit(2) from exc
-    if generation_adapter is not None:
-        loaded.generation_adapter = generation_adapter
     try:
         app = create_app(loaded, settings)
     except ValueError as exc:  # e.g. a --token-encoding tiktoken cannot load

@@ -1,9 +1,15 @@
-"""Which weights generation uses when a LoRA adapter is attached.
+"""Which weights generation uses when LoRA adapters are attached.
 
 An adapter trained only for embeddings (contrastive or ICR training) changes what the model says; a
-GRIT jointly trained adapter is meant for both modes. ``GenerativeEmbedder.generation_adapter``
-chooses: False (default) runs chat and reranking on the base weights with the adapter layers
-switched off; True runs them with the adapter. Embedding always uses the adapter.
+GRIT jointly trained adapter is meant for both modes; a *generation adapter* is a second LoRA adapter
+loaded beside the embedding one (:func:`attach_generation_adapter`) that only generation uses.
+``GenerativeEmbedder.generation_adapter`` chooses:
+
+- ``False`` (default for an embedding-only adapter): chat, reranking and RAG run on the base weights;
+- ``True``: they run with the embedding adapter (a jointly trained one);
+- ``"generation"`` (:data:`GENERATION_ADAPTER`): they run with the generation adapter alone.
+
+Embedding always uses the embedding adapter (or the base weights when there is none).
 """
 
 from __future__ import annotations
@@ -11,28 +17,96 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["adapter_mode", "each_step_in"]
+from .._peft import quiet_peft
+
+__all__ = [
+    "GENERATION_ADAPTER",
+    "adapter_mode",
+    "attach_generation_adapter",
+    "each_step_in",
+    "generator_weights",
+    "same_weights",
+]
 
 T = TypeVar("T")
+# the peft name of the generation adapter; the embedding adapter keeps peft's "default"
+GENERATION_ADAPTER = "generation"
 _LAYERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # peft model -> its LoRA layers, or None
 
 
-def adapter_mode(model: Any, use_adapter: bool) -> contextlib.AbstractContextManager:
-    """A context in which ``model`` runs with (``use_adapter=True``) or without its peft adapter.
+def generator_weights(model: Any) -> str | None:
+    """The adapter ``model`` (a :class:`~genembed.GenerativeEmbedder`) generates with: None for the base
+    weights, ``"default"`` for its embedding adapter, :data:`GENERATION_ADAPTER` for a generation adapter."""
+    choice = getattr(model, "generation_adapter", False)
+    if isinstance(choice, str):
+        return choice
+    return "default" if choice and getattr(model, "adapter", None) else None
 
-    A model without an adapter is unaffected either way. For LoRA-style adapters the layers' switch is
-    flipped directly (the layers are found once per model): peft's ``disable_adapter()`` first
-    inspects every module's status, about 0.1 s for SmolLM2-135M, which generation pays per token.
-    Other adapter types go through ``disable_adapter()``.
+
+def same_weights(model: Any) -> bool:
+    """Whether ``model`` embeds and generates with the same weights (no adapter, or a jointly trained one)."""
+    return generator_weights(model) == ("default" if getattr(model, "adapter", None) else None)
+
+
+def adapter_mode(model: Any, use_adapter: bool | str | None) -> contextlib.AbstractContextManager:
+    """A context in which ``model`` (a transformers/peft model) runs with the weights ``use_adapter`` names.
+
+    ``True``: as it embeds (its embedding adapter, if any); ``False``/None: the base weights, every adapter
+    off; a string: that peft adapter alone (:data:`GENERATION_ADAPTER`). A model without an adapter is
+    unaffected by True/False. For LoRA-style adapters the layers' switches are flipped directly (the
+    layers are found once per model): peft's ``disable_adapter()`` first inspects every module's status,
+    about 0.1 s for SmolLM2-135M, which generation pays per token. Other adapter types go through
+    ``disable_adapter()`` and cannot be named.
     """
+    if isinstance(use_adapter, str):
+        layers = _layers(model)
+        if layers is None:
+            raise ValueError(f"cannot switch this model to adapter {use_adapter!r}: it holds no LoRA-style adapters")
+        return _switched_to(layers, use_adapter)
     if use_adapter or not hasattr(model, "disable_adapter"):
         return contextlib.nullcontext()
+    layers = _layers(model)
+    return model.disable_adapter() if layers is None else _switched_off(layers)
+
+
+def attach_generation_adapter(backbone: Any, folder: str | Path) -> None:
+    """Load the LoRA adapter in ``folder`` beside ``backbone``'s embedding adapter as
+    :data:`GENERATION_ADAPTER`, for generation only: what the model embeds with does not change.
+
+    Raises:
+        ValueError: the adapter is not LoRA-style (it could not be switched per generated token), or the
+            model already holds a generation adapter.
+    """
+    from peft import PeftModel
+
+    lm = backbone.model
+    if isinstance(lm, PeftModel):
+        if GENERATION_ADAPTER in lm.peft_config:
+            raise ValueError("this model already holds a generation adapter")
+        with quiet_peft():
+            lm.load_adapter(str(folder), adapter_name=GENERATION_ADAPTER)
+        _LAYERS.pop(lm, None)  # new layers may have been injected
+        embedding_off = False
+    else:
+        with quiet_peft():
+            lm = PeftModel.from_pretrained(lm, str(folder), adapter_name=GENERATION_ADAPTER).eval()
+        backbone.model = lm
+        embedding_off = True  # no embedding adapter: embedding keeps the base weights
+    layers = _layers(lm)
+    if layers is None:
+        raise ValueError(f"{folder}: a generation adapter must be a LoRA-style peft adapter")
+    if embedding_off:
+        for layer in layers:
+            layer._disable_adapters = True
+
+
+def _layers(model: Any) -> list[Any] | None:
     if model not in _LAYERS:
         _LAYERS[model] = _tuner_layers(model)
-    layers = _LAYERS[model]
-    return model.disable_adapter() if layers is None else _switched_off(layers)
+    return _LAYERS[model]
 
 
 def _tuner_layers(model: Any) -> list[Any] | None:
@@ -40,8 +114,8 @@ def _tuner_layers(model: Any) -> list[Any] | None:
     from peft.tuners.tuners_utils import BaseTunerLayer
     from peft.utils import ModulesToSaveWrapper
 
-    config = getattr(model, "peft_config", {}).get(getattr(model, "active_adapter", None))
-    if config is None or config.is_prompt_learning or getattr(config, "is_adaption_prompt", False):
+    configs = getattr(model, "peft_config", {})
+    if not configs or any(c.is_prompt_learning or getattr(c, "is_adaption_prompt", False) for c in configs.values()):
         return None
     modules = list(model.modules())
     if any(isinstance(m, ModulesToSaveWrapper) for m in modules):
@@ -59,6 +133,22 @@ def _switched_off(layers: list[Any]) -> Iterator[None]:
         yield
     finally:
         for layer, flag in zip(layers, before, strict=True):
+            layer._disable_adapters = flag
+
+
+@contextlib.contextmanager
+def _switched_to(layers: list[Any], name: str) -> Iterator[None]:
+    """Only adapter ``name`` on (a layer without it runs its base weights), as peft's ``set_adapter`` would
+    leave it but without touching ``requires_grad``; restored on exit."""
+    before = [(layer._active_adapter, layer._disable_adapters) for layer in layers]
+    for layer in layers:
+        layer._active_adapter = [name]
+        layer._disable_adapters = False
+    try:
+        yield
+    finally:
+        for layer, (active, flag) in zip(layers, before, strict=True):
+            layer._active_adapter = active
             layer._disable_adapters = flag
 
 

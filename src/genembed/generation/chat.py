@@ -81,7 +81,7 @@ def generate_pieces(
     top_p: float = 1.0,
     stop: str | Sequence[str] | None = None,
     seed: int | None = None,
-    use_adapter: bool = True,
+    use_adapter: bool | str = True,
 ) -> Iterator[str]:
     """Text pieces of the assistant's reply, produced lazily.
 
@@ -93,7 +93,8 @@ def generate_pieces(
         top_p: nucleus sampling threshold.
         stop: strings that end the reply; the reply is cut before the first one.
         seed: seeds sampling (``temperature > 0``) for reproducible replies.
-        use_adapter: run with the peft adapter (if any) enabled; see :mod:`genembed.generation.adapters`.
+        use_adapter: run with the peft adapter (if any) enabled, or with the named one (a generation
+            adapter); see :mod:`genembed.generation.adapters`.
 
     Raises:
         ValueError / TypeError: bad messages or settings, or a prompt longer than the model's context

@@ -224,7 +224,7 @@ def rerank(
     batch_size: int = 8,
     max_length: int = 512,
     scoring: str = "query_likelihood",
-    use_adapter: bool = True,
+    use_adapter: bool | str = True,
 ) -> list[RerankResult]:
     """Score documents against a query and return them best first (see :meth:`GenerativeEmbedder.rerank`).
 

@@ -22,6 +22,7 @@ import numpy as np
 from .._files import atomic_write_json, atomic_write_npy, check_file, file_digest
 from ..adapter_info import warn_if_untrained
 from ..encoders.settings import EmbedSettings
+from ..generation.adapters import same_weights
 from .chunking import Chunk, chunk_documents, read_sources
 from .embed_kv import encode_with_kv
 from .index import BUILD_DIR, MANIFEST, ChunkRecord, Index, commit
@@ -29,7 +30,7 @@ from .kv_ops import KV
 from .kv_source import check_kv_source, kv_source
 from .kv_store import KVGeometry, dtype_name, resolve_kv_dtype, write_kv_shard
 from .rag_prompt import RagPrompt
-from .segment_kv import reusable_prefix, same_weights, segment_states
+from .segment_kv import reusable_prefix, segment_states
 from .stores import StoreLocation, parse_location, store_settings
 
 __all__ = ["add_to_index", "build_index"]

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .._files import sha256_file
+from ..generation.adapters import generator_weights
 from .rag_prompt import RagPrompt
 
 __all__ = ["KVSourceError", "check_kv_source", "generation_weights", "kv_source"]
@@ -39,17 +40,19 @@ def _adapter_digest(path: str) -> str:
 def generation_weights(model: Any) -> dict[str, str]:
     """``{"backbone": ..., "adapter": ...}``: the weights ``model`` generates with.
 
-    The adapter is ``"none"`` when there is none or the model generates without it (an embedding-only
-    adapter); otherwise its folder name and the first 16 hex digits of its weights' SHA-256.
+    The adapter is ``"none"`` when the model generates on the base weights (no adapter, or an
+    embedding-only one); otherwise the name of the adapter it generates with (the embedding adapter of a
+    jointly trained model, or a generation adapter loaded beside it) and the first 16 hex digits of its
+    weights' SHA-256.
     """
-    adapter = getattr(model, "adapter", None)
-    if not adapter or not getattr(model, "generation_adapter", False):
+    weights = generator_weights(model)
+    if weights is None:
         return {"backbone": model.backbone.name, "adapter": "none"}
-    path = getattr(model, "adapter_path", None)
-    return {
-        "backbone": model.backbone.name,
-        "adapter": f"{adapter}@sha256:{_adapter_digest(path)}" if path else adapter,
-    }
+    if weights == "default":
+        name, path = model.adapter, getattr(model, "adapter_path", None)
+    else:
+        name, path = model.generation_adapter_name, getattr(model, "generation_adapter_path", None)
+    return {"backbone": model.backbone.name, "adapter": f"{name}@sha256:{_adapter_digest(path)}" if path else name}
 
 
 def kv_source(model: Any, prompt: RagPrompt, *, reused: bool) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ..generation.adapters import adapter_mode, each_step_in
+from ..generation.adapters import adapter_mode, each_step_in, same_weights
 from ..generation.chat import eos_token_ids
 from ..generation.decoding import decode_stream, repetition_processors
 from ..generation.detokenize import stream_pieces
@@ -30,7 +30,7 @@ from .kv_ops import KV
 from .kv_source import check_kv_source
 from .rag_prompt import RagPrompt
 from .search import rerank_hits, retrieve_hits
-from .segment_kv import reusable_prefix, same_weights, segment_states
+from .segment_kv import reusable_prefix, segment_states
 
 __all__ = ["Answer", "Query", "Source", "ask", "build_context", "retrieve"]
 
@@ -186,7 +186,7 @@ def build_context(
     d_segs = [Segment(s.id, ids, kv, at=h) for s, ids, kv in zip(sources, d_ids, d_kv, strict=True)]
     segments = [q_seg, *d_segs] if order == "query_first" else [*d_segs, q_seg]
     lm = model.backbone.model
-    with adapter_mode(lm, bool(getattr(model, "generation_adapter", False))):  # prefills run the generator
+    with adapter_mode(lm, getattr(model, "generation_adapter", False)):  # prefills run the generator
         context = assemble(lm, [Segment("head", head, head_kv), *segments], prompt.tail_ids(tok), recompute=recompute)
     limit = getattr(model.backbone.model.config, "max_position_embeddings", None)
     if limit is not None and context.total_tokens >= limit:
@@ -342,8 +342,8 @@ def generate_from_context(
         generator=generator,
         logits_processor=repetition_processors(no_repeat_ngram_size, repetition_penalty),
     )
-    use_adapter = bool(getattr(model, "generation_adapter", False))
-    tokens = each_step_in(functools.partial(adapter_mode, backbone.model, use_adapter), tokens)
+    weights = getattr(model, "generation_adapter", False)
+    tokens = each_step_in(functools.partial(adapter_mode, backbone.model, weights), tokens)
     if stats is not None:
         tokens = _counted(tokens, stats)
     return stream_pieces(backbone.tokenizer, tokens, [])

@@ -30,12 +30,7 @@ from ..encoders.prompts import EncodedPrompt
 from ..generation.adapters import adapter_mode
 from .kv_ops import KV, stacked_states
 
-__all__ = ["reusable_prefix", "same_weights", "segment_states"]
-
-
-def same_weights(model: Any) -> bool:
-    """Whether ``model`` embeds and generates with the same weights (no adapter, or a jointly trained one)."""
-    return not getattr(model, "adapter", None) or bool(getattr(model, "generation_adapter", False))
+__all__ = ["reusable_prefix", "segment_states"]
 
 
 def reusable_prefix(embed_ids: Sequence[int], head: Sequence[int], segment: Sequence[int]) -> bool:
@@ -74,7 +69,7 @@ def segment_states(
     prompts = [EncodedPrompt([*head, *ids], h, h + len(ids)) for ids in segments]
     states: list[KV | None] = [None] * len(prompts)
     head_states: KV | None = None
-    with adapter_mode(lm, bool(getattr(model, "generation_adapter", False))):
+    with adapter_mode(lm, getattr(model, "generation_adapter", False)):
         for indices in length_sorted_batches([len(p.ids) for p in prompts], batch_size):
             batch = collate([prompts[i] for i in indices], tokenizer.pad_token_id).to(device)
             cache = run_decoder(

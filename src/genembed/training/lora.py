@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from .._peft import quiet_peft
 
 __all__ = ["add_lora", "continue_lora", "make_trainable", "save_trained", "trainable_state", "load_trainable_state"]
 
@@ -37,7 +36,7 @@ def add_lora(
     config = LoraConfig(
         r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=target_modules, bias="none", task_type="CAUSAL_LM"
     )
-    with _quiet_peft():
+    with quiet_peft():
         return get_peft_model(model, config)
 
 
@@ -52,16 +51,8 @@ def continue_lora(model: Any, adapter: str | os.PathLike) -> Any:
 
     from ..loading import adapter_folder
 
-    with _quiet_peft():
+    with quiet_peft():
         return PeftModel.from_pretrained(model, str(adapter_folder(adapter)), is_trainable=True)
-
-
-@contextlib.contextmanager
-def _quiet_peft() -> Iterator[None]:
-    """Silence the FutureWarning peft triggers by probing a transformers attribute deprecated in v5."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-        yield
 
 
 def make_trainable(model: Any, *, lora: bool, init_from: str | os.PathLike | None = None, **lora_kwargs: Any) -> Any:
