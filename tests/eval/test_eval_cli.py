@@ -73,9 +73,34 @@ def test_eval_mean_with_rerank(tiny_folder, toy_tasks, tmp_path):
     args = ["eval", str(toy_tasks / "toy-retrieval"), "--model", str(tiny_folder), "--method", "mean"]
     result = runner.invoke(app, [*args, "--rerank-top", "3", "--no-cache", "--out", str(out)])
     assert result.exit_code == 0, result.output
-    task = json.loads(out.read_text())["tasks"][0]
+    report = json.loads(out.read_text())
+    task = report["tasks"][0]
     assert task["scores"].keys() == {"single"}
     assert "first_stage" in task["details"]["single"] and task["info"]["reranked_pairs"] == 9
+    assert report["config"]["rerank_weights"] == "none"
+
+
+def test_eval_reranks_with_a_generation_adapter(tiny_folder, toy_tasks, tmp_path):
+    """--generator reranks with a second LoRA: the first stage is unchanged, the reranked scores are not."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    config = LoraConfig(r=4, lora_alpha=64, target_modules=["q_proj", "v_proj", "up_proj"], init_lora_weights=False)
+    get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_folder), config).save_pretrained(tmp_path / "gen")
+    args = ["eval", str(toy_tasks / "toy-retrieval"), "--model", str(tiny_folder), "--method", "mean"]
+    reports = []
+    for extra in ([], ["--generator", str(tmp_path / "gen")]):
+        out = tmp_path / f"r{len(reports)}.json"
+        result = runner.invoke(app, [*args, *extra, "--rerank-top", "3", "--no-cache", "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        reports.append(json.loads(out.read_text()))
+    base, adapted = reports
+    assert adapted["config"]["rerank_weights"].startswith("gen@sha256:")
+    first = [r["tasks"][0]["details"]["single"]["first_stage"] for r in reports]
+    assert first[0] == first[1]
+    assert base["tasks"][0]["scores"] != adapted["tasks"][0]["scores"]
 
 
 @pytest.mark.parametrize(

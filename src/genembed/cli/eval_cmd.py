@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ._common import AdapterOpt, CenterOpt, DeviceOpt, DtypeOpt, ModelOpt, load_model
+from ._common import AdapterOpt, CenterOpt, DeviceOpt, DtypeOpt, GeneratorOpt, ModelOpt, load_model
 
 
 def eval_tasks(
@@ -16,6 +16,7 @@ def eval_tasks(
     ],
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
+    generator: GeneratorOpt = None,
     method: Annotated[
         str | None, typer.Option("--method", help="gircse, mean, last or grit (default: the model's own)")
     ] = None,
@@ -59,7 +60,7 @@ def eval_tasks(
         tasks = [load_task(p, limit=limit) for p in find_task_dirs(list(task_dirs))]
     except (TaskFormatError, ValueError) as exc:
         _fail(str(exc))
-    loaded = load_model(model, adapter, dtype, center, device)
+    loaded = load_model(model, adapter, dtype, center, device, generator)
     try:
         # without --method, a model is evaluated with its own settings (model.save records them)
         own = method is None
@@ -93,7 +94,7 @@ def eval_tasks(
             rerank_top=rerank_top,
             out=out,
             log=typer.echo,
-            config={"adapter_path": adapter, "model_arg": model},
+            config={"adapter_path": adapter, "model_arg": model, **_reranker(loaded, rerank_top)},
             cluster_starts=cluster_starts,
         )
     except DamagedFileError as exc:
@@ -105,3 +106,12 @@ def eval_tasks(
 def _fail(message: str) -> None:
     typer.secho(f"error: {message}", fg="red", err=True)
     raise typer.Exit(2)
+
+
+def _reranker(model: object, rerank_top: int | None) -> dict[str, str]:
+    """The weights that rerank (recorded in the report: a generation adapter changes the scores)."""
+    if not rerank_top:
+        return {}
+    from genembed.retrieval.kv_source import generation_weights
+
+    return {"rerank_weights": generation_weights(model)["adapter"]}
