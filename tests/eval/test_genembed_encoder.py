@@ -74,6 +74,25 @@ def test_cache_key_sees_a_lora_adapter(tiny_model):
     assert GenembedEncoder(tiny_model).cache_key != one
 
 
+def test_cache_key_ignores_a_generation_adapter(tiny_folder, tmp_path):
+    """A generation adapter changes what the model says, not its embeddings: the cache is shared."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    import genembed
+
+    config = LoraConfig(r=2, target_modules=["q_proj", "up_proj"], init_lora_weights=False)
+    get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_folder), config).save_pretrained(tmp_path / "gen")
+    config = LoraConfig(r=2, target_modules=["v_proj"], init_lora_weights=False)
+    get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_folder), config).save_pretrained(tmp_path / "emb")
+    for adapter in (False, tmp_path / "emb"):
+        key = GenembedEncoder(genembed.load(tiny_folder, adapter=adapter)).cache_key
+        both = genembed.load(tiny_folder, adapter=adapter, generation_adapter=tmp_path / "gen")
+        assert GenembedEncoder(both).cache_key == key
+    both.backbone.model.load_adapter(str(tmp_path / "gen"), adapter_name="other")  # any other adapter counts
+    assert GenembedEncoder(both).cache_key != key
+
+
 def test_evaluate_end_to_end_with_the_tiny_model(tiny_model, toy_tasks, tmp_path):
     cache = EmbeddingCache(tmp_path / "c.sqlite")
     encoder = GenembedEncoder(tiny_model, steps=[1, 2])

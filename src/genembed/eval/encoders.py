@@ -101,11 +101,18 @@ class GenembedEncoder:
 
         backbone = self.model.backbone
         lm = backbone.model
+        from ..generation.adapters import GENERATION_ADAPTER
+
+        generation = f".{GENERATION_ADAPTER}."  # a generation adapter's tensors do not touch the embeddings
         if backbone.path:
             weights = folder_fingerprint(backbone.path)
         else:  # an in-memory model: hash the tensors themselves
-            weights = tensors_fingerprint(sorted(lm.state_dict().items()))
-        lora = [(n, p) for n, p in sorted(lm.named_parameters()) if "lora_" in n or "modules_to_save" in n]
+            weights = tensors_fingerprint(sorted((n, t) for n, t in lm.state_dict().items() if generation not in n))
+        lora = [
+            (n, p)
+            for n, p in sorted(lm.named_parameters())
+            if ("lora_" in n or "modules_to_save" in n) and generation not in n
+        ]
         o = self.options
         return digest(
             {
