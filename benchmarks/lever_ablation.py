@@ -36,7 +36,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from _ablation import load_model, load_trained, save_row, train_row
+from _ablation import finished, load_model, load_trained, save_row, train_row
 from _run_info import REPO, git_commit
 
 LEVERS = REPO / "benchmarks" / "configs" / "levers"
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> dict:
         if done and _settings(done["eval_settings"]) == settings and (folder / "summary.json").is_file():
             print(f"{name}: done")
             continue
-        _prepare(args, cfg)
+        _prepare(args, cfg, mine=not finished(folder))  # a finished row is only scored again
         entry = train_row(config, overrides)
         entry["eval_settings"] = settings
         entry |= _score(args, config, overrides, tasks, cfg)
@@ -185,8 +185,9 @@ def _to_mine(args: argparse.Namespace, path: Path) -> bool:
     return made_here and (args.train_data / path.name).is_file()
 
 
-def _prepare(args: argparse.Namespace, cfg: Any) -> None:
-    """Write what the row's config needs and this script makes: the merged base, mined data files."""
+def _prepare(args: argparse.Namespace, cfg: Any, *, mine: bool = True) -> None:
+    """Write what the row's config needs and this script makes: the merged base, mined data files
+    (``mine=False``: none, for a row already trained; mined files present are still checked)."""
     merged = cfg.model.name is not None and Path(cfg.model.name).resolve() == args.merged_base.resolve()
     if merged and not (args.merged_base / "config.json").is_file():
         _merge_default(args, args.merged_base)
@@ -197,6 +198,8 @@ def _prepare(args: argparse.Namespace, cfg: Any) -> None:
             written = json.loads(_settings_file(out).read_text()) if _settings_file(out).is_file() else settings
             if written != settings:
                 raise SystemExit(f"{out} was mined with {written}, this row needs {settings}: write it elsewhere")
+            continue
+        if not mine:
             continue
         model = model or _starting_model(cfg)
         _mine(out, settings, cfg, model)

@@ -98,6 +98,8 @@ def test_eval_reranks_with_a_generation_adapter(tiny_folder, toy_tasks, tmp_path
         reports.append(json.loads(out.read_text()))
     base, adapted = reports
     assert adapted["config"]["rerank_weights"].startswith("gen@sha256:")
+    assert "reranked by gen@sha256:" in (tmp_path / "r1.md").read_text()
+    assert "reranked by the base weights" in (tmp_path / "r0.md").read_text()
     first = [r["tasks"][0]["details"]["single"]["first_stage"] for r in reports]
     assert first[0] == first[1]
     assert base["tasks"][0]["scores"] != adapted["tasks"][0]["scores"]

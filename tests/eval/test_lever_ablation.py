@@ -127,6 +127,8 @@ def test_rows_are_trained_scored_and_not_redone(script, toy_tasks, start_adapter
     import genembed.training
 
     monkeypatch.setattr(genembed.training, "train", fail)
+    monkeypatch.setattr(script, "_mine", fail)  # nothing is mined again for a finished row
+    (runs / "mined" / "qa_pairs.jsonl").rename(runs / "mined" / "qa_pairs.jsonl.kept")
     starts_out = tmp_path / "results" / "starts.json"
     rescored = script.main([*argv[:-1], str(starts_out), "--cluster-starts", "3"])["runs"]
     for name, row in rescored.items():
@@ -141,6 +143,7 @@ def test_rows_are_trained_scored_and_not_redone(script, toy_tasks, start_adapter
         script.main([*argv, "--cluster-starts", "0"])
     # a mined file is not reused for a row that would mine it otherwise
     monkeypatch.undo()
+    (runs / "mined" / "qa_pairs.jsonl.kept").rename(runs / "mined" / "qa_pairs.jsonl")
     with pytest.raises(SystemExit, match=r"qa_pairs.jsonl was mined with .*'rows': 12.* this row needs .*'rows': 10"):
         script.main([*argv, "--levers", "mined", "--mine-limit", "10", "--limit", "3"])
 

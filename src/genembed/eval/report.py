@@ -51,6 +51,8 @@ def markdown(report: EvalReport) -> str:
     keys = ("method", "attention", "prompt_format", "max_length", "dtype", "limit")
     settings = [f"{k} {c[k]}" for k in keys if c.get(k) is not None]
     settings += [f"rerank top {c['rerank_top']}"] if c.get("rerank_top") else []
+    weights = c.get("rerank_weights")
+    settings += [f"reranked by {'the base weights' if weights == 'none' else weights}"] if weights else []
     settings += [f"k-means starts {c['cluster_starts']}"] if c.get("cluster_starts", 1) > 1 else []
     settings += [f"commit {c['git_commit'][:12]}"] if c.get("git_commit") else []
     lines += [" · ".join(settings), ""]
