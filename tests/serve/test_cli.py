@@ -32,6 +32,15 @@ def test_bad_serving_options_are_clean_errors(tmp_path):
     assert result.exit_code == 2 and "rerank_scoring must be one of" in result.output
 
 
+def test_generator_options_are_checked(tiny_folder, tmp_path):
+    result = runner.invoke(app, ["serve", "--generator", "base", "--no-generation-adapter"])
+    assert result.exit_code == 2 and "not both" in result.output
+    result = runner.invoke(app, ["serve", "--model", str(tiny_folder), "--generator", str(tmp_path)])
+    assert (
+        result.exit_code == 2 and f"generation adapter folder {tmp_path} holds no adapter_config.json" in result.output
+    )
+
+
 def test_warns_when_exposed_without_a_key(tmp_path):
     result = runner.invoke(app, ["serve", "--host", "0.0.0.0", "--model", str(tmp_path / "missing")])
     assert "warning: serving on 0.0.0.0 without --api-key" in result.output
