@@ -220,10 +220,8 @@ def _load_saved(
 
     if generator is None and (folder / GENERATION_ADAPTER / "adapter_config.json").is_file():  # saved with one
         _choose_generator(model, folder / GENERATION_ADAPTER, name=settings.get("generation_adapter_name"))
-        try:
-            model.generation_adapter = settings.get("generation_adapter") or False
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"{where}: field generation_adapter: {exc}") from exc
+        if settings.get("generation_adapter") != GENERATION_ADAPTER:  # saved generating with other weights
+            model.generation_adapter = joint
     else:
         _choose_generator(model, generator)
     digest = settings.get("calibration_sha256")

@@ -136,6 +136,11 @@ def test_load_attaches_saves_and_restores_it(tiny_folder, folders, tmp_path):
     assert generation_weights(again) == generation_weights(model)  # same name and digest: stored states stay valid
     assert _scores(again) == pytest.approx(scores, abs=1e-5)
     np.testing.assert_allclose(again.encode(PROMPT, method="mean"), plain.encode(PROMPT, method="mean"), atol=1e-6)
+    # saved while generating with the base weights: reloaded the same way, the adapter still held
+    again.generation_adapter = False
+    off = genembed.load(again.save(tmp_path / "saved-off"))
+    assert off.generation_adapter is False and off.generation_adapter_name == "gen-lora"
+    assert _scores(off) == pytest.approx(_scores(plain), abs=1e-5)
     # an explicit choice wins over the saved one
     assert genembed.load(saved, generation_adapter=False).generation_adapter is False
     with pytest.raises(genembed.MissingModelError, match="generation adapter folder .* holds no adapter_config.json"):
