@@ -27,7 +27,7 @@ __all__ = [
     "adapter_mode",
     "attach_generation_adapter",
     "each_step_in",
-    "generator_weights",
+    "generating_adapter",
     "same_weights",
 ]
 
@@ -37,7 +37,7 @@ GENERATION_ADAPTER = "generation"
 _LAYERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # peft model -> its LoRA layers, or None
 
 
-def generator_weights(model: Any) -> str | None:
+def generating_adapter(model: Any) -> str | None:
     """The adapter ``model`` (a :class:`~genembed.GenerativeEmbedder`) generates with: None for the base
     weights, ``"default"`` for its embedding adapter, :data:`GENERATION_ADAPTER` for a generation adapter."""
     choice = getattr(model, "generation_adapter", False)
@@ -48,7 +48,7 @@ def generator_weights(model: Any) -> str | None:
 
 def same_weights(model: Any) -> bool:
     """Whether ``model`` embeds and generates with the same weights (no adapter, or a jointly trained one)."""
-    return generator_weights(model) == ("default" if getattr(model, "adapter", None) else None)
+    return generating_adapter(model) == ("default" if getattr(model, "adapter", None) else None)
 
 
 def adapter_mode(model: Any, use_adapter: bool | str | None) -> contextlib.AbstractContextManager:

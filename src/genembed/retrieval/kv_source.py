@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .._files import sha256_file
-from ..generation.adapters import generator_weights
+from ..generation.adapters import generating_adapter
 from .rag_prompt import RagPrompt
 
 __all__ = ["KVSourceError", "check_kv_source", "generation_weights", "kv_source"]
@@ -45,7 +45,7 @@ def generation_weights(model: Any) -> dict[str, str]:
     jointly trained model, or a generation adapter loaded beside it) and the first 16 hex digits of its
     weights' SHA-256.
     """
-    weights = generator_weights(model)
+    weights = generating_adapter(model)
     if weights is None:
         return {"backbone": model.backbone.name, "adapter": "none"}
     if weights == "default":
