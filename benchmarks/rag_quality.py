@@ -315,12 +315,12 @@ def main() -> None:
 
     import genembed
     from genembed.encoders.settings import EmbedSettings
+    from genembed.generation.adapters import generator_choice
     from genembed.retrieval.kv_source import generation_weights
 
     torch.set_num_threads(args.threads)
     adapter = False if args.adapter == "none" else args.adapter
-    generator = {"base": False, "adapter": True}.get(args.generator, args.generator)
-    model = genembed.load(adapter=adapter, dtype="float32", generation_adapter=generator)
+    model = genembed.load(adapter=adapter, dtype="float32", generation_adapter=generator_choice(args.generator))
     config = EmbedSettings(method=args.method, tau=model.tau, max_length=512, center=model.center)
     report = {
         "config": {**vars(args), "out": str(args.out), "model": model.name, "embed": config.to_dict()},

@@ -66,12 +66,11 @@ def main() -> None:
         "--adapter", default=None, help="LoRA adapter folder; 'none' for the raw backbone (default: genembed.load's)"
     )
     parser.add_argument(
-        "--generation-adapter",
-        action=argparse.BooleanOptionalAction,
+        "--generator",
         default=None,
-        help="rerank with / without the adapter (default: with it only if it was trained jointly)",
+        help="weights to rerank with: 'base', 'adapter' (the embedding adapter) or a generation adapter's folder "
+        "or name (default: genembed.load's, the adapter only if it was trained jointly)",
     )
-    parser.add_argument("--generator", default=None, help="generation adapter folder to rerank with (a second LoRA)")
     parser.add_argument("--method", default="mean", help="embedding method: gircse, mean, last or grit")
     parser.add_argument("--steps", type=int, default=5, help="GIRCSE soft tokens K")
     parser.add_argument("--rerank-top", type=int, default=10, help="candidates reranked per query")
@@ -89,6 +88,7 @@ def main() -> None:
     import genembed
     from genembed.eval.metrics import ndcg_at_k
     from genembed.eval.tasks import load_task
+    from genembed.generation.adapters import generator_choice
     from genembed.retrieval.search import ExactIndex
 
     torch.set_num_threads(args.threads)
@@ -96,9 +96,8 @@ def main() -> None:
     data = task.data
     args.out.mkdir(parents=True, exist_ok=True)
     adapter = False if args.adapter == "none" else args.adapter
-    model = genembed.load(args.model, adapter=adapter, dtype=args.dtype, generation_adapter=args.generator)
-    if args.generation_adapter is not None:
-        model.generation_adapter = args.generation_adapter
+    generator = generator_choice(args.generator)
+    model = genembed.load(args.model, adapter=adapter, dtype=args.dtype, generation_adapter=generator)
     encode_kwargs = {"method": args.method, "max_length": args.max_length}
     if args.method == "gircse":
         encode_kwargs["steps"] = args.steps
@@ -107,7 +106,7 @@ def main() -> None:
         "limit": args.limit,
         "model": model.name,
         "generation_adapter": model.generation_adapter,
-        **({"generator": model.generation_adapter_name} if args.generator else {}),
+        **({"generator": model.generation_adapter_name} if isinstance(generator, str) else {}),
         "dtype": args.dtype,
         "encode": encode_kwargs,
         "rerank_top": args.rerank_top,

@@ -52,3 +52,17 @@ def test_a_paused_stream_leaves_the_adapter_enabled(pair):
     np.testing.assert_allclose(adapted.encode(PROMPT, method="mean"), before, atol=1e-6)
     rest = "".join(stream)
     assert rest
+
+
+@pytest.mark.parametrize(
+    ("spelling", "expected"),
+    [(None, None), ("base", False), ("BASE", False), ("adapter", True), ("Adapter", True), ("runs/gen", "runs/gen")],
+)
+def test_generator_choice_spells_load_s_generation_adapter(spelling, expected):
+    from genembed.generation.adapters import generator_choice
+
+    assert (
+        generator_choice(spelling) is expected
+        if not isinstance(expected, str)
+        else generator_choice(spelling) == expected
+    )

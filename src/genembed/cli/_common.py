@@ -78,12 +78,17 @@ def load_model(
     import genembed
     from genembed._files import DamagedFileError
     from genembed.backbone import MissingModelError
+    from genembed.generation.adapters import generator_choice
 
     try:
         chosen = False if adapter is not None and adapter.lower() == "none" else adapter
-        generation = {"base": False, "adapter": True}.get((generator or "").lower(), generator)
         return genembed.load(
-            model, adapter=chosen, dtype=dtype, device=device, center=center, generation_adapter=generation
+            model,
+            adapter=chosen,
+            dtype=dtype,
+            device=device,
+            center=center,
+            generation_adapter=generator_choice(generator),
         )
     except (MissingModelError, DamagedFileError, ValueError) as exc:
         typer.secho(f"error: {exc}", fg="red", err=True)

@@ -28,6 +28,7 @@ __all__ = [
     "attach_generation_adapter",
     "each_step_in",
     "generating_adapter",
+    "generator_choice",
     "same_weights",
 ]
 
@@ -35,6 +36,15 @@ T = TypeVar("T")
 # the peft name of the generation adapter; the embedding adapter keeps peft's "default"
 GENERATION_ADAPTER = "generation"
 _LAYERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # peft model -> its LoRA layers, or None
+
+
+def generator_choice(spelling: str | None) -> bool | str | None:
+    """A command line's ``--generator`` as :func:`genembed.load`'s ``generation_adapter``: ``"base"`` (any
+    case) is False (the base weights), ``"adapter"`` True (the embedding adapter), anything else a generation
+    adapter's folder or shipped name, kept as given; None (not given) stays None (load's default)."""
+    if spelling is None:
+        return None
+    return {"base": False, "adapter": True}.get(spelling.lower(), spelling)
 
 
 def generating_adapter(model: Any) -> str | None:
