@@ -252,3 +252,46 @@ def test_init_from_names_a_folder_without_an_adapter(tmp_path, tiny_folder, run_
         train(cfg)
     with pytest.raises(ConfigError, match="lora.init_from needs lora.enabled=true"):
         run_config(tmp_path / "run2", tiny_folder, lora={"init_from": "default", "enabled": False})
+
+
+def _native_bf16(monkeypatch, native: bool) -> None:
+    """Make the CPU look as if it computes bfloat16 natively (AVX512-BF16) or not."""
+    monkeypatch.delenv("GENEMBED_DTYPE", raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_precision_is_bf16_only_where_the_cpu_computes_it_natively(monkeypatch, native):
+    from genembed.training.loop import training_precision
+
+    _native_bf16(monkeypatch, native)
+    assert training_precision("auto", "cpu") == ("bf16" if native else "fp32")
+    assert training_precision("fp32", "cpu") == "fp32" and training_precision("bf16", "cpu") == "bf16"
+
+
+def test_bf16_on_a_cpu_without_it_warns_and_the_run_says_what_it_ran_in(
+    tmp_path, tiny_folder, run_config, monkeypatch, caplog
+):
+    _native_bf16(monkeypatch, False)
+    with caplog.at_level("WARNING", logger="genembed.training.loop"):
+        train(run_config(tmp_path / "bf16", tiny_folder, train={"max_steps": 1, "precision": "bf16"}))
+    assert "train.precision=bf16 on cpu, which does not compute bfloat16 natively" in caplog.text
+    assert json.loads((tmp_path / "bf16" / "summary.json").read_text())["precision"] == "bf16"
+
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="genembed.training.loop"):
+        train(run_config(tmp_path / "auto", tiny_folder, train={"max_steps": 2, "save_every": 1, "precision": "auto"}))
+    assert "natively" not in caplog.text
+    assert json.loads((tmp_path / "auto" / "summary.json").read_text())["precision"] == "fp32"
+    # a run may resume on another machine in another precision
+    resumed = train(
+        run_config(tmp_path / "auto", tiny_folder, train={"max_steps": 3, "precision": "bf16"}), resume=True
+    )
+    assert resumed.steps == 3
+    assert json.loads((tmp_path / "auto" / "summary.json").read_text())["precision"] == "bf16"
+
+
+def test_precision_must_be_one_of_the_choices(tmp_path, tiny_folder, run_config):
+    with pytest.raises(ConfigError, match=r"train\.precision.*'fp16'"):
+        train(run_config(tmp_path / "run", tiny_folder, train={"max_steps": 1, "precision": "fp16"}))

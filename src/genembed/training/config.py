@@ -154,7 +154,9 @@ class TrainConfig:
     warmup_steps: int = 0
     grad_accum: int = 1  # micro-batches per optimizer step
     max_grad_norm: float = 1.0  # 0 disables clipping
-    precision: str = "fp32"  # fp32, or bf16 autocast (weights stay in model.dtype)
+    # fp32; bf16 autocast (weights stay in model.dtype); or auto: bf16 where the device computes it natively
+    # (a CUDA GPU with bf16, a CPU with AVX512-BF16 or AMX), else fp32 (bf16 is many times slower elsewhere)
+    precision: str = "fp32"
     gradient_checkpointing: bool = False  # recompute activations per chunk of texts in the backward pass
     checkpoint_chunk: int = 8  # texts per recomputed chunk
     # > 0: cached-gradient contrastive steps (GradCache) embedding this many texts at a time, so a large
@@ -189,7 +191,7 @@ _CHOICES = {
     "loss.reduction": ("mean", "sum"),
     "generative.aggregation": ("sample", "token", "mixed"),
     "train.schedule": ("cosine", "linear", "constant"),
-    "train.precision": ("fp32", "bf16"),
+    "train.precision": ("fp32", "bf16", "auto"),
 }
 _POSITIVE = ("lora.r", "embedding.steps", "embedding.tau", "embedding.query_max_length", "embedding.doc_max_length")
 _POSITIVE += ("loss.temperature", "data.batch_size", "generative.batch_size", "generative.max_length")
