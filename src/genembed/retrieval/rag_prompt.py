@@ -29,10 +29,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..encoders.prompts import SENTINEL, split_around
+
 __all__ = ["DEFAULT_SYSTEM", "RagPrompt"]
 
 DEFAULT_SYSTEM = "Answer the question using only the passages. Reply with the exact words from the passage."
-_SENTINEL = "\u2063GENEMBED_QUESTION\u2063"
 
 
 @dataclass(frozen=True)
@@ -119,13 +120,9 @@ class RagPrompt:
     def _user_turn(self, tokenizer: Any) -> tuple[str, str]:
         """(opening, closing + assistant prompt) of a user turn, as the chat template renders it after a
         system turn (rendered alone, a user turn would get the template's default system prompt)."""
-        system = [{"role": "system", "content": ""}]
-        both = [*system, {"role": "user", "content": _SENTINEL}]
-        with_user = tokenizer.apply_chat_template(both, tokenize=False, add_generation_prompt=True)
-        system_only = tokenizer.apply_chat_template(system, tokenize=False)
-        turn = with_user[len(system_only) :] if with_user.startswith(system_only) else with_user
-        opening, _, closing = turn.partition(_SENTINEL)
-        return opening, closing
+        before, closing = split_around(tokenizer, SENTINEL, system_turn=True)
+        system_only = tokenizer.apply_chat_template([{"role": "system", "content": ""}], tokenize=False)
+        return before.removeprefix(system_only), closing
 
 
 def _ids(tokenizer: Any, text: str) -> list[int]:
