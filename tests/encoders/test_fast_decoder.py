@@ -119,6 +119,7 @@ def test_lora_layers_run_as_merged_linears_kept_until_a_weight_changes(tiny, mon
     assert len(merges) == lora_layers + 1
 
 
+@pytest.mark.skipif(not fast_mod._onednn_bf16(), reason="this CPU has no oneDNN bfloat16 kernels")
 def test_bfloat16_fast_path_is_close_to_the_transformers_path(tiny):
     tiny.model.to(torch.bfloat16)
     for settings in ({"method": "mean"}, {"method": "gircse", "steps": 3}):
@@ -140,6 +141,19 @@ def test_not_used_with_gradients_when_disabled_or_unsupported(tiny, monkeypatch)
         assert FastDecoder.build(other) is None
         other.config.model_type, other.config.hidden_act = "llama", "gelu"
         assert fast_mod._unsupported_reason(other) == "activation 'gelu' is not silu"
+
+
+def test_bfloat16_on_a_cpu_without_onednn_bf16_takes_the_transformers_path(tiny, monkeypatch):
+    monkeypatch.setattr(fast_mod, "_onednn_bf16", lambda: False)
+    tiny.model.to(torch.bfloat16)
+    with torch.no_grad():
+        assert fast_mod._unsupported_reason(tiny.model) == (
+            "bfloat16 weights on a CPU without oneDNN bfloat16 kernels (no AVX512-BF16 / AMX)"
+        )
+        assert FastDecoder.build(tiny.model) is None
+    tiny.model.to(torch.float32)
+    with torch.no_grad():
+        assert fast_mod._unsupported_reason(tiny.model) is None
 
 
 def test_right_pad_rolls_rows_alike():

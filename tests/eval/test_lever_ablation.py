@@ -247,7 +247,16 @@ def test_every_shipped_lever_config_loads_with_its_data(script):
         pytest.skip("../shared/data/train is not here")
     configs = sorted(script.LEVERS.glob("*.yaml"))
     rows = {p.stem for p in configs}
-    assert {"control", "control_seed2", "steps160", "reviews_axes", "reviews_heavy", "joint_gen", "all"} <= rows
+    assert {
+        "control",
+        "control_seed2",
+        "steps80",
+        "steps160",
+        "reviews_axes",
+        "reviews_heavy",
+        "joint_gen",
+        "all",
+    } <= rows
     control = load_config(script.LEVERS / "control.yaml")
     for path in configs:
         cfg = load_config(path)

@@ -74,6 +74,8 @@ def _unsupported_reason(model: Any) -> str | None:
         return f"device {weight.device} is not the CPU"
     if weight.dtype not in (torch.float32, torch.bfloat16):
         return f"dtype {weight.dtype} is not float32 or bfloat16"
+    if weight.dtype == torch.bfloat16 and not _onednn_bf16():
+        return "bfloat16 weights on a CPU without oneDNN bfloat16 kernels (no AVX512-BF16 / AMX)"
     stack = decoder_stack(model)
     for part in ("embed_tokens", "rotary_emb", "norm", "layers"):
         if not hasattr(stack, part):
@@ -83,6 +85,12 @@ def _unsupported_reason(model: Any) -> str | None:
             if _get(layer, part) is None:
                 return f"a decoder layer has no {part}"
     return None
+
+
+def _onednn_bf16() -> bool:
+    """Whether oneDNN has bfloat16 kernels on this CPU: without them its fused linears refuse bf16 inputs
+    ("could not create a primitive descriptor"), seen on an AVX2-only CPU."""
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 def _get(module: Any, dotted: str) -> Any:
