@@ -4,10 +4,11 @@ The rows are the config files of ``benchmarks/configs/levers/``: ``control.yaml`
 continued with the first campaign's recipe at K=10 for 40 steps) and one file per lever holding only
 what differs from it (``sym_cls``, ``reviews_axes``, ``reviews_heavy``, ``batch64``, ``doc128``, ``mined``,
 ``distill``, ``lora_r32``, ``full_ft``, ``joint_gen``, ``control_seed2`` (the control with another
-seed), ``steps160`` (four times the steps) and ``all`` of the levers together). Each file's header says what its
-row tests. Per row: train (resuming), then ``genembed.eval.evaluate`` on the dev tasks at K=1, 5 and 10
-from one encoding pass. What a row needs is made first: hard negatives mined by the row's starting model
-for data files under ``--runs`` that do not exist yet (``genembed mine-negatives`` on a seeded sample of
+seed), ``steps80`` and ``steps160`` (twice and four times the steps) and ``all`` of the levers
+together). Each file's header says what its row tests. Per row: train (resuming), then
+``genembed.eval.evaluate`` on the dev tasks at K=1, 5 and 10 from one encoding pass. What a row needs
+is made first: hard negatives mined by the row's starting model for data files under ``--runs`` that
+do not exist yet (``genembed mine-negatives`` on a seeded sample of
 ``--mine-limit`` rows of the training file of the same name), and the shipped adapter merged into the
 backbone for rows whose ``model.name`` is ``--merged-base``. Every row is checked before anything runs.
 
