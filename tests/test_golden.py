@@ -33,4 +33,6 @@ def test_output_is_unchanged(recomputed, stored, name):
     if np.issubdtype(want.dtype, np.integer):
         np.testing.assert_array_equal(got, want)
     else:
-        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+        # stored on a CPU with AVX-512; another CPU's kernels sum in another order (the grad norms of the
+        # tiny training run moved by 1.5e-6 relative on an AVX2-only EPYC); a change of behaviour moves far more
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
