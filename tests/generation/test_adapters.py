@@ -61,8 +61,5 @@ def test_a_paused_stream_leaves_the_adapter_enabled(pair):
 def test_generator_choice_spells_load_s_generation_adapter(spelling, expected):
     from genembed.generation.adapters import generator_choice
 
-    assert (
-        generator_choice(spelling) is expected
-        if not isinstance(expected, str)
-        else generator_choice(spelling) == expected
-    )
+    got = generator_choice(spelling)
+    assert got == expected and type(got) is type(expected)

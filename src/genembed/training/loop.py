@@ -15,6 +15,7 @@ optimizer, scheduler and RNG states.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -151,9 +152,10 @@ class _Run:
     def world(self) -> int:
         return self.accelerator.num_processes
 
-    @property
+    @functools.cached_property
     def precision(self) -> str:
-        """The precision the steps run in: ``train.precision`` with ``auto`` resolved for this device."""
+        """The precision the steps run in: ``train.precision`` with ``auto`` resolved for this device (once:
+        every forward asks, through :meth:`autocast`)."""
         return training_precision(self.cfg.train.precision, self.accelerator.device)
 
     def autocast(self) -> Any:
