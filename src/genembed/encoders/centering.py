@@ -11,7 +11,7 @@ scene descriptions). Their mean unit vector ``c`` is the centre, and an embeddin
 An instruction gets its own centre because it moves every embedding made with it. That is the
 point of instructions, and a single global mean would leave that shift in place. The centre
 costs one encoding of the calibration texts per new instruction and settings. It is memoised per
-loaded model, so a query set or a corpus pays it once. ``benchmarks/embedding_centering.py``
+loaded model, so a query set or a corpus pays it once. ``experiments/embedding_centering.py``
 measures the effect on the dev tasks.
 
 Centering is applied after the raw embeddings are computed. The evaluation cache stores raw
