@@ -96,7 +96,7 @@ def load(
         tau: GIRCSE soft-token softmax temperature (None: the saved model's, else 1.0).
         center: per-instruction centering in ``encode`` by default (see
             :mod:`genembed.encoders.centering`). None: the saved model's setting; else on with a
-            shipped adapter, where it was measured to help (MODEL_CARD.md), off otherwise.
+            shipped adapter, where it was measured to help (docs/experiments.md), off otherwise.
         generation_adapter: the weights chat, reranking, RAG answers and stored KV states use. None: as
             above (the adapter when it was trained for generation too, else the base weights; a saved
             model: as it was saved). True / False: the embedding adapter / the base weights. A folder or
