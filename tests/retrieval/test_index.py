@@ -272,3 +272,38 @@ def test_index_belongs_to_its_model(built):
 def test_kv_store_reads_lengths_from_the_header(tiny_model, docs_file, tmp_path):
     index = _build(tiny_model, [docs_file], tmp_path / "idx", store_kv=True)
     assert [index.kv_store.tokens(r) for r in range(len(index))] == [index.kv(r)[0].shape[2] for r in range(len(index))]
+
+
+def test_the_faiss_store_through_the_protocol(tiny_model, docs_file, tmp_path):
+    from dataclasses import replace
+
+    from genembed.retrieval.stores import open_index
+
+    built = _build(tiny_model, [docs_file], tmp_path / "idx")
+    store = open_index(tmp_path / "idx")
+    n = len(store)
+    originals = [store.chunk(i) for i in range(3)]
+    copies = [replace(r, row=n + i, id=f"copy#{i}", doc_id="copy") for i, r in enumerate(originals)]
+    vectors = built.faiss_index.reconstruct_n(0, 3)
+    store.prepare_documents({"copy": 3})  # a new document id is accepted, a known one refused
+    with pytest.raises(ValueError, match=f"document id '{originals[0].doc_id}' is already in the index"):
+        store.prepare_documents({originals[0].doc_id: 1})
+    assert store.add(copies, vectors) == 3 and len(store) == n  # staged until save
+    store.update_manifest(sources=["extra"])
+    store.save()
+    again = open_index(tmp_path / "idx")
+    assert len(again) == n + 3 and again.manifest["generation"] == 2 and again.manifest["sources"] == ["extra"]
+    scores, keys = again.search(vectors[:1], 2)
+    assert {again.chunk(int(k)).id for k in keys[0]} == {originals[0].id, "copy#0"}
+    np.testing.assert_allclose(scores[0], [1.0, 1.0], atol=1e-5)
+    with pytest.raises(ValueError, match="deleting needs a Milvus store"):
+        again.delete(doc_ids=["copy"])
+    with pytest.raises(ValueError, match="cannot replace chunks"):
+        again.upsert(copies, vectors)
+    with pytest.raises(ValueError, match=f"new chunks take consecutive rows from {n + 3}, got rows from {n}"):
+        again.add(copies, vectors)
+    with pytest.raises(ValueError, match="does not store KV states"):
+        again.add(copies, vectors, kv=[(torch.zeros(1), torch.zeros(1))] * 3)
+    rows = dict(again.describe())
+    assert rows["chunks"] == f"{n + 3:,} from {len({c.doc_id for c in again.chunks}):,} documents"
+    assert rows["vector index"] == "faiss Flat, inner product" and rows["generation"].startswith("2 (updated")

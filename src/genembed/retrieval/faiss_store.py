@@ -409,6 +409,9 @@ class FaissStore(ManifestQueries):
     def save(self) -> None:
         """Commit the staged chunks as a new generation (see the module docstring) and remove ``.build/``."""
         build = self.path / BUILD_DIR
+        nothing_new = self._state is None and not (build / _STATE).is_file() and not self._changes
+        if nothing_new and self.faiss_index is not None:
+            return
         state = self._load_state(None)
         fix = f"Delete {build} and rerun the same command to embed the new chunks again."
         records: list[ChunkRecord] = []

@@ -196,7 +196,10 @@ class MilvusStore(ManifestQueries):
             IndexIncompleteError: its first build was interrupted (rerun it to resume).
         """
         if not isinstance(location, StoreLocation):
-            location = cls.check_location(_parse(str(location)) or StoreLocation("milvus", str(location)))
+            parsed = _parse(str(location))
+            if parsed is None:
+                raise ValueError(f"{location!r} is not a Milvus location: write milvus:FILE.db or http(s)://HOST:PORT")
+            location = cls.check_location(parsed)
         client = connect(location)
         if not client.has_collection(location.collection):
             there = ", ".join(client.list_collections()) or "none"
