@@ -98,3 +98,14 @@ def test_import_checks_its_inputs(encoded, tmp_path):
     (emb / "config.json").write_text(json.dumps({**config, "normalize": False}))
     with pytest.raises(ValueError, match="--no-normalize"):
         import_encoded(emb, corpus, tmp_path / "x", show_progress_bar=False)
+
+
+def test_a_faiss_import_reads_the_shards_in_place(tiny_model, encoded, tmp_path, monkeypatch):
+    from genembed.retrieval import faiss_store
+
+    corpus, emb = encoded
+    monkeypatch.setattr(faiss_store, "atomic_write_npy", lambda *a: pytest.fail("a shard was copied"))
+    index = import_encoded(emb, corpus, tmp_path / "faiss", show_progress_bar=False)
+    ids, embeddings = load_corpus_embeddings(emb)
+    assert len(index) == len(ids) and not (tmp_path / "faiss" / ".build").exists()
+    np.testing.assert_array_equal(index.faiss_index.reconstruct_n(0, len(ids)), embeddings)

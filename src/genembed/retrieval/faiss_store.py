@@ -313,12 +313,15 @@ class FaissStore(ManifestQueries):
 
     def add(self, records: Sequence[ChunkRecord], embeddings: np.ndarray, *, kv: list[KV] | None = None) -> int:
         """Stage chunks for the next :meth:`save`: rows ``len(self) ..`` in order, each shard once (a
-        shard added again, as after a crash, replaces its staged copy).
+        shard added again, as after a crash, replaces its staged copy). Embeddings that are a whole
+        memory-mapped ``.npy`` file are staged by reference (its size is checked at :meth:`save`), others
+        copied to ``.build/``.
 
         Raises:
             ValueError: counts or width disagree, rows do not follow the index's, or KV states are
                 missing (or given to an index without them).
         """
+        whole_file = _whole_npy(embeddings)
         embeddings = self.check_added(records, embeddings, kv)
         if not records:
             return 0
@@ -341,9 +344,12 @@ class FaissStore(ManifestQueries):
             entry["kv"] = {"file": name, "start": first, "stop": first + len(records), "bytes": size}
         lines = "".join(json.dumps(asdict(r), ensure_ascii=False) + "\n" for r in records)
         atomic_write(build / f"chunks-{first:05d}.jsonl", lambda tmp: tmp.write_text(lines, "utf-8"))
-        emb = build / f"emb-{first:05d}.npy"
-        atomic_write_npy(emb, embeddings)
-        entry["embeddings"] = file_digest(emb)
+        if whole_file is not None:  # already on disk (e.g. `genembed encode` shards): staged by reference
+            entry["file"], entry["embeddings"] = str(whole_file), {"bytes": whole_file.stat().st_size}
+        else:
+            emb = build / f"emb-{first:05d}.npy"
+            atomic_write_npy(emb, embeddings)
+            entry["embeddings"] = file_digest(emb)
         state["staged"][str(first)] = entry
         atomic_write_json(build / _STATE, state)
         return len(records)
@@ -421,7 +427,7 @@ class FaissStore(ManifestQueries):
                 raise IndexCorruptedError(
                     f"{build}: staged rows start at {first}, expected {len(self) + len(records)}. {fix}"
                 )
-            emb = build / f"emb-{int(first):05d}.npy"
+            emb = Path(entry["file"]) if "file" in entry else build / f"emb-{int(first):05d}.npy"
             check_file(emb, entry["embeddings"], fix=fix)  # checked against what was recorded, then streamed
             records += _read_chunks(build / f"chunks-{int(first):05d}.jsonl", fix, first=int(first))
             blocks.append(np.load(emb, mmap_mode="r", allow_pickle=False))
@@ -474,6 +480,19 @@ class FaissStore(ManifestQueries):
         self.manifest, self.chunks = full, all_records
         kv = full.get("kv")
         self.kv_store = KVStore(path, kv["shards"]) if kv else None
+
+
+def _whole_npy(array: Any) -> Path | None:
+    """The ``.npy`` file ``array`` maps, if it is that file's whole float32 array (not a slice or a copy)."""
+    if not isinstance(array, np.memmap) or not array.filename or array.dtype != np.float32:
+        return None
+    path = Path(array.filename)
+    try:
+        whole = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError):
+        return None
+    same = whole.dtype == array.dtype and whole.shape == array.shape and whole.offset == array.offset
+    return path if same and array.flags.c_contiguous else None
 
 
 def _prepare_folder(out: Path, overwrite: bool) -> None:
