@@ -81,25 +81,50 @@ class VectorStore(Protocol):
     """A genembed index in some vector store. Adding a store means one module with a class that has these
     methods, and one line in :data:`genembed.retrieval.stores.STORES`.
 
-    Class methods (the registry calls them before a store exists):
-
-    - ``claim(text) -> StoreLocation | None``: the location, if ``text`` names this store (checked:
-      a bad one raises ValueError naming it); None otherwise.
-    - ``check_location(location) -> StoreLocation``: the location after options (collection, token,
-      timeout) replaced fields; ValueError if they do not fit.
-    - ``index_settings(dim, *, index_type, index_params, search_params) -> dict``: the manifest section
-      describing a new vector index (``{"faiss": {...}}``), checked before anything is embedded.
-    - ``create(location, manifest, *, overwrite=False)``: an empty store for a new index (or the
-      interrupted build of the same settings); FileExistsError if an index is there.
-    - ``open(location, *, verify=True)``: the index at ``location``; FileNotFoundError / IndexLoadError.
-    - ``read_manifest(location) -> dict``: the stored manifest without loading the vectors ({} when
-      there is nothing at ``location`` yet).
-
-    Writes are resumable: a builder embeds in shards, records each finished one with
-    :meth:`set_progress`, and skips those :meth:`progress` returns when it runs again. ``add`` with the
-    same records twice (a shard redone after a crash) leaves one copy. :meth:`save` makes what was
-    added searchable and durable (a store may do that at once, and then only mark the build complete).
+    The class methods come first: the registry calls them before a store exists. Writes are resumable:
+    a builder embeds in shards, records each finished one with :meth:`set_progress`, and skips those
+    :meth:`progress` returns when it runs again; ``add`` with the same records twice (a shard redone
+    after a crash) leaves one copy. :meth:`save` makes what was added searchable and durable (a store
+    may do that at once, and then only mark the build complete).
     """
+
+    @classmethod
+    def claim(cls, text: str) -> StoreLocation | None:
+        """The location if ``text`` names this store (a bad one raises ValueError naming it), else None."""
+        ...
+
+    @classmethod
+    def check_location(cls, location: StoreLocation) -> StoreLocation:
+        """The location after options (collection, token, timeout) replaced fields; ValueError if they do not fit."""
+        ...
+
+    @classmethod
+    def index_settings(
+        cls,
+        dim: int,
+        *,
+        index_type: str | None = None,
+        index_params: dict[str, Any] | None = None,
+        search_params: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """The manifest section describing a new vector index (``{"faiss": {...}}``), checked before any work."""
+        ...
+
+    @classmethod
+    def create(cls, location: StoreLocation, manifest: dict[str, Any], *, overwrite: bool = False) -> VectorStore:
+        """An empty store for a new index (or the interrupted build of the same settings); FileExistsError if
+        an index is there."""
+        ...
+
+    @classmethod
+    def open(cls, location: StoreLocation, *, verify: bool = True) -> VectorStore:
+        """The index at ``location``; FileNotFoundError / IndexLoadError saying what to do."""
+        ...
+
+    @classmethod
+    def read_manifest(cls, location: StoreLocation) -> dict[str, Any]:
+        """The stored manifest without loading the vectors ({} when nothing is at ``location`` yet)."""
+        ...
 
     where: str
     manifest: dict[str, Any]
