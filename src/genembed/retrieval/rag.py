@@ -54,7 +54,8 @@ class Query:
 
 @dataclass(frozen=True)
 class Source:
-    """A retrieved passage: its index row and chunk id, where it came from, and its scores."""
+    """A retrieved passage: the store's key for it (``row``: a faiss row, a Milvus primary key), its chunk
+    and document ids from the corpus, where it came from, and its scores."""
 
     row: int
     id: str
