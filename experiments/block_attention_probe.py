@@ -169,7 +169,7 @@ def check_against_assemble(model, prompt, item: dict) -> float:
     """Largest difference between this probe's cached prompt and ``assemble``'s (float32 states)."""
     from genembed.retrieval.context import Segment, assemble
     from genembed.retrieval.kv_ops import cache_layers
-    from genembed.retrieval.segment_kv import segment_states
+    from genembed.retrieval.kv_segment import segment_states
 
     tok, lm = model.backbone.tokenizer, model.backbone.model
     head, segments, tail = layout(tok, prompt, item, "doc")

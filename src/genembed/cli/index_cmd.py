@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -136,7 +136,7 @@ def build(
         )
     except _input_errors() as exc:
         _fail(str(exc))
-    _print_info(index)
+    _store.print_info(index)
 
 
 @index_app.command("add")
@@ -168,7 +168,7 @@ def add(
         index = add_to_index(loaded, where, sources, batch_size=batch_size, shard_size=shard_size)
     except _input_errors() as exc:
         _fail(str(exc))
-    _print_info(index)
+    _store.print_info(index)
 
 
 @index_app.command("info")
@@ -185,42 +185,4 @@ def info(
         index = open_index(_store.location(index_dir, collection, token))
     except (IndexLoadError, FileNotFoundError) as exc:
         _fail(str(exc))
-    _print_info(index)
-
-
-def _print_info(index: Any) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from genembed.retrieval.index import Index
-
-    if not isinstance(index, Index):
-        return _store.print_milvus_info(index)
-    manifest = index.manifest
-    table = Table(title=f"index {index.path}", show_header=False)
-    table.add_row("chunks", f"{len(index):,} from {len({c.doc_id for c in index.chunks}):,} documents")
-    for row in _store.settings_rows(index):
-        table.add_row(*row)
-    params = ", ".join(f"{k}={v}" for k, v in (manifest.get("faiss") or {}).get("search_params", {}).items())
-    table.add_row("vector index", f"faiss {index.factory}, inner product" + (f" ({params})" if params else ""))
-    tokens = sum(c.tokens for c in index.chunks)
-    if index.has_kv:
-        kv, size = manifest["kv"], index.kv_store.nbytes
-        tokens = sum(index.kv_store.tokens(c.row) for c in index.chunks)
-        per_token = size / max(tokens, 1)
-        table.add_row(
-            "KV states",
-            f"{kv['dtype']}, {kv['layers']} layers x {kv['kv_heads']} KV heads x {kv['head_dim']}: "
-            f"{size / 1e6:,.1f} MB on disk, {per_token:,.0f} B/token, {size / max(len(index), 1) / 1e3:,.0f} kB/chunk",
-        )
-        source = kv.get("source")
-        table.add_row(
-            "KV made by",
-            f"{source['backbone']}, adapter {source['adapter']}, {source['attention']} attention, {source['pass']} pass"
-            if source
-            else "unrecorded (an older index: rebuild with --store-kv to use doc caching)",
-        )
-    else:
-        table.add_row("KV states", "not stored (rebuild with --store-kv for --cache doc/querydoc/docquery)")
-    table.add_row("generation", f"{manifest['generation']} (updated {manifest['updated']})")
-    Console(width=140).print(table)
+    _store.print_info(index)
