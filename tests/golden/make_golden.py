@@ -88,7 +88,7 @@ def _training_forward_outputs(model) -> dict[str, np.ndarray]:
 
 def _embed_kv_outputs(model) -> dict[str, np.ndarray]:
     from genembed.encoders.settings import EmbedSettings
-    from genembed.retrieval.embed_kv import encode_with_kv
+    from genembed.retrieval.kv_embed import encode_with_kv
 
     out: dict[str, np.ndarray] = {}
     texts = TEXTS[:3]
