@@ -33,8 +33,6 @@ def test_bad_serving_options_are_clean_errors(tmp_path):
 
 
 def test_generator_options_are_checked(tiny_folder, tmp_path):
-    result = runner.invoke(app, ["serve", "--generator", "base", "--no-generation-adapter"])
-    assert result.exit_code == 2 and "not both" in result.output
     result = runner.invoke(app, ["serve", "--model", str(tiny_folder), "--generator", str(tmp_path)])
     assert (
         result.exit_code == 2 and f"generation adapter folder {tmp_path} holds no adapter_config.json" in result.output
