@@ -90,6 +90,7 @@ def serve(
     ] = None,
 ) -> None:
     """Serve one model: POST /v1/embeddings, /v1/chat/completions, /v1/rerank, /v2/rerank; /metrics; a page at /."""
+    _check_port(host, port)  # first: a busy port fails in a second, not after the imports and the model load
     from genembed.encoders.methods import DEFAULT_METHOD
     from genembed.serve import ServeSettings, create_app, run_server
     from genembed.serve.instructions import load_instructions
@@ -125,7 +126,6 @@ def serve(
             fg="yellow",
             err=True,
         )
-    _check_port(host, port)  # before the model loads: a busy port fails in a second, not after the load
     if threads is not None:
         import torch
 
