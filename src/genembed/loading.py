@@ -182,6 +182,8 @@ def _load_saved(
         source = None
     elif source == f"{BACKBONE_SUBFOLDER}/":
         source = folder / BACKBONE_SUBFOLDER
+    elif source.startswith(("./", "../")):  # a local backbone saved with save_backbone=False
+        source = folder / source
     try:
         backbone = load_backbone(source, dtype=dtype, device=device)
     except MissingModelError as exc:

@@ -62,8 +62,8 @@ def build_index(
         sources: JSONL / .txt / .md files or folders (see :mod:`genembed.retrieval.chunking`).
         out: where the index goes: a folder, ``milvus:./idx.db``, ``http://host:19530`` or a
             :class:`~genembed.retrieval.store.StoreLocation` (see :mod:`genembed.retrieval.stores`).
-        config: embedding settings (default: GIRCSE K=5 with the model's tau and centering, prompts up
-            to ``chunk_tokens + 256`` tokens so that titles and the template fit).
+        config: embedding settings (default: the model's own, :meth:`~genembed.GenerativeEmbedder.embed_settings`,
+            with its centering, prompts up to ``chunk_tokens + 256`` tokens so that titles and the template fit).
         chunk_tokens: tokens of document text per chunk.
         overlap: tokens shared by consecutive chunks of a document.
         store_kv: also store each chunk's KV states from the generator's own causal pass (for doc
@@ -98,11 +98,8 @@ def build_index(
         UntrainedAdapterWarning: the model's adapter was not trained for the embedding method.
     """
     location = parse_location(out)
-    config = config or EmbedSettings(
-        tau=getattr(model, "tau", 1.0),
-        max_length=chunk_tokens + _TEMPLATE_ROOM,
-        center=getattr(model, "center", False),
-    )
+    if config is None:  # the model's own settings (what model.save recorded) and centering
+        config = model.embed_settings(max_length=chunk_tokens + _TEMPLATE_ROOM, center=model.center)
     trained_for, adapter = getattr(model, "trained_for", None), getattr(model, "adapter", None)
     warn_if_untrained(trained_for, adapter, config.method, config.attention)
     settings = index_settings(
