@@ -358,7 +358,8 @@ class GenerativeEmbedder:
         stream: bool = False,
         seed: int | None = None,
     ) -> str | Iterator[str]:
-        """Chat with the same weights that embed: the backbone's chat template, causal attention.
+        """Chat with the same weights that embed: the backbone's chat template (GritLM's format when the
+        model's ``prompt_format`` is ``"gritlm"``), causal attention.
 
         Args:
             messages_or_prompt: a user prompt, or a conversation ``[{"role": "user", "content": ...}, ...]``.
@@ -386,6 +387,7 @@ class GenerativeEmbedder:
             stop=stop,
             seed=seed,
             use_adapter=self.generation_adapter,
+            prompt_format=self.prompt_format,
         )
         return pieces if stream else "".join(pieces)
 
