@@ -142,3 +142,18 @@ def grit_folders(tmp_path_factory, _tiny_backbone) -> dict[str, Path]:
         model.save_pretrained(folders[name])
         tokenizer.save_pretrained(folders[name])
     return folders
+
+
+@pytest.fixture(scope="session")
+def grit_model(grit_folders):
+    """``grit_model(kind)``: a new model on a tiny GRIT folder (``"mistral"`` or ``"mixtral"``), loaded in
+    float32 and set to embed and chat as the published GritLM models do (``method="grit"``,
+    ``prompt_format="gritlm"``)."""
+    import genembed
+
+    def load(kind: str = "mistral"):
+        model = genembed.load(grit_folders[kind], dtype="float32", device="cpu")
+        model.method, model.prompt_format = "grit", "gritlm"
+        return model
+
+    return load

@@ -238,7 +238,7 @@ class GenerativeEmbedder:
         if method is None or method == self.method:  # the model's settings belong to its own method
             method = self.method
             attention = self.attention if attention is None else attention
-            prompt_format = prompt_format or self.prompt_format
+        prompt_format = self.prompt_format_for(method, prompt_format)
         options = EmbedSettings.build(
             method=method,
             steps=self.steps if steps is None else steps,
@@ -292,6 +292,13 @@ class GenerativeEmbedder:
             used_out = used.numpy() if convert_to_numpy else used
             return out, (used_out[0] if single else used_out)
         return out
+
+    def prompt_format_for(self, method: str | None = None, prompt_format: str | None = None) -> str:
+        """The prompt format ``encode(method=..., prompt_format=...)`` uses: the one asked for, else the
+        model's own when ``method`` is the model's (None), else the method's default."""
+        method = method or self.method
+        own = self.prompt_format if method == self.method else None
+        return prompt_format or own or method_rules(method).prompt_format
 
     def encode_query(self, texts: str | list[str], **kwargs: Any) -> Any:
         """:meth:`encode` with ``prompt_name="query"`` (:data:`DEFAULT_QUERY_INSTRUCTION` unless
@@ -401,6 +408,9 @@ class GenerativeEmbedder:
         135M model, query likelihood lifted nDCG@10 of the top 10 from 22.3 to 31.3 while yes/no
         lowered it to 14.3 (docs/grit.md); yes/no needs a larger model.
 
+        A model whose ``prompt_format`` is ``"gritlm"`` asks with the GRIT authors' prompt (``yes_no``) or in
+        GritLM's chat turn (``query_likelihood``); see :mod:`genembed.generation.grit_rerank`.
+
         The options after ``documents`` are keyword-only (:class:`~genembed.generation.rerank.RerankOptions`).
 
         Args:
@@ -421,7 +431,14 @@ class GenerativeEmbedder:
         """
         from .generation.rerank import rerank
 
-        return rerank(self.backbone, query, documents, use_adapter=self.generation_adapter, **options)
+        return rerank(
+            self.backbone,
+            query,
+            documents,
+            use_adapter=self.generation_adapter,
+            prompt_format=self.prompt_format,
+            **options,
+        )
 
     def search(
         self,

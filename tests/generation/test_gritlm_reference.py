@@ -59,15 +59,6 @@ def _reference(folder, attn: str = "bbcc"):
     )
 
 
-@cache
-def _genembed(folder):
-    import genembed
-
-    model = genembed.load(folder, dtype="float32", device="cpu")
-    model.method, model.prompt_format = "grit", "gritlm"  # what the published GritLM models are loaded with
-    return model
-
-
 def _cosines(a, b) -> np.ndarray:
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     return (a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)
@@ -75,10 +66,10 @@ def _cosines(a, b) -> np.ndarray:
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("instruction", ["", INSTRUCTION], ids=["no-instruction", "instruction"])
-def test_embeddings_match_gritlm(grit_folders, kind, instruction):
+def test_embeddings_match_gritlm(grit_folders, grit_model, kind, instruction):
     folder = grit_folders[kind]
     want = _reference(folder).encode(TEXTS, instruction=gritlm_instruction(instruction), batch_size=len(TEXTS))
-    model = _genembed(folder)
+    model = grit_model(kind)
     got = model.encode(TEXTS, instruction=instruction, method="grit", prompt_format="gritlm", center=False)
     assert _cosines(got, want).min() > MIN_COSINE
     one = model.encode(TEXTS[1], instruction=instruction)  # the model's own method and format, one text
@@ -86,7 +77,7 @@ def test_embeddings_match_gritlm(grit_folders, kind, instruction):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_the_reference_is_bidirectional(grit_folders, kind):
+def test_the_reference_is_bidirectional(grit_folders, grit_model, kind):
     reference = _reference(grit_folders[kind])
     inputs = reference.tokenizer(
         ["<|embed|>\nthe cat sat", "<|embed|>\nthe cat ran"], padding=True, return_tensors="pt"
@@ -95,17 +86,17 @@ def test_the_reference_is_bidirectional(grit_folders, kind):
         hidden = reference.model.model(**inputs, is_causal=False)[0]
     assert not torch.allclose(hidden[0, 0], hidden[1, 0], atol=1e-4)  # position 0 sees the last token
     causal = _reference(grit_folders[kind], "cccc").encode(TEXTS, instruction=gritlm_instruction(INSTRUCTION))
-    got = _genembed(grit_folders[kind]).encode(TEXTS, instruction=INSTRUCTION)
+    got = grit_model(kind).encode(TEXTS, instruction=INSTRUCTION)
     assert _cosines(got, causal).max() < 0.99
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_greedy_generation_matches_gritlm(grit_folders, kind):
+def test_greedy_generation_matches_gritlm(grit_folders, grit_model, kind):
     from genembed.generation.chat import chat_prompt_ids, eos_token_ids
     from genembed.generation.decoding import decode_stream
 
     prompt, new = "What is the capital of France?", 24
-    reference, model = _reference(grit_folders[kind]), _genembed(grit_folders[kind])
+    reference, model = _reference(grit_folders[kind]), grit_model(kind)
     inputs = reference.tokenizer("<|user|>\n" + prompt + "\n<|assistant|>\n", return_tensors="pt")
     out = reference.generate(**inputs, max_new_tokens=new, do_sample=False)
     want = out[0, inputs["input_ids"].shape[1] :].tolist()

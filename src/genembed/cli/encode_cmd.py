@@ -15,7 +15,7 @@ import typer
 
 from genembed.encoders.methods import DEFAULT_METHOD
 
-from ._common import METHODS_HELP, AdapterOpt, CenterOpt, DeviceOpt, DtypeOpt, ModelOpt, load_model
+from ._common import METHODS_HELP, AdapterOpt, CenterOpt, DeviceOpt, DtypeOpt, ModelOpt, PromptFormatOpt, load_model
 
 
 def _fail(message: str) -> None:
@@ -34,6 +34,7 @@ def encode(
     steps: Annotated[int, typer.Option("--steps", "-k", min=1, help="GIRCSE soft tokens K")] = 5,
     instruction: Annotated[str, typer.Option("--instruction", help="instruction for every text")] = "",
     attention: Annotated[str | None, typer.Option("--attention", help="causal or bidirectional")] = None,
+    prompt_format: PromptFormatOpt = None,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="texts per forward pass")] = 32,
     max_length: Annotated[int, typer.Option("--max-length", min=1, help="tokens per text (cut from the end)")] = 512,
     shard_size: Annotated[int, typer.Option("--shard-size", min=1, help="records per output shard")] = 4096,
@@ -55,14 +56,13 @@ def encode(
     if not input_path.is_file():
         _fail(f"input file not found: {input_path}")
     try:  # check the settings before loading the model
-        options = EmbedSettings.build(
-            method=method, steps=steps, attention=attention, max_length=max_length, batch_size=batch_size
-        )
+        fields = {"method": method, "steps": steps, "attention": attention, "max_length": max_length}
+        options = EmbedSettings.build(**fields, batch_size=batch_size, prompt_format=prompt_format)
     except ValueError as exc:
         _fail(str(exc))
     loaded = load_model(model, adapter, dtype, center, device)  # auto: cuda:LOCAL_RANK where there is CUDA
     options = EmbedSettings.build(
-        method=method, steps=steps, attention=attention, max_length=max_length, batch_size=batch_size, tau=loaded.tau
+        **fields, batch_size=batch_size, tau=loaded.tau, prompt_format=loaded.prompt_format_for(method, prompt_format)
     )
     try:
         result = encode_corpus(

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ._common import AdapterOpt, CenterOpt, DeviceOpt, DtypeOpt, GeneratorOpt, ModelOpt, load_model
+from ._common import AdapterOpt, CenterOpt, DeviceOpt, DtypeOpt, GeneratorOpt, ModelOpt, PromptFormatOpt, load_model
 
 
 def eval_tasks(
@@ -24,9 +24,7 @@ def eval_tasks(
         str | None, typer.Option("--steps", "-k", help="GIRCSE soft tokens K; a list like 1,3,5,10,20 is a sweep")
     ] = None,
     attention: Annotated[str | None, typer.Option("--attention", help="causal or bidirectional")] = None,
-    prompt_format: Annotated[
-        str | None, typer.Option("--prompt-format", help="plain or chat (default: chat for gircse, else plain)")
-    ] = None,
+    prompt_format: PromptFormatOpt = None,
     max_length: Annotated[int, typer.Option("--max-length", min=1, help="tokens per prompt")] = 512,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="texts per forward pass")] = 32,
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="at most N rows per data file")] = None,

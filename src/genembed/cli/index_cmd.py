@@ -22,6 +22,7 @@ from ._common import (
     DtypeOpt,
     GeneratorOpt,
     ModelOpt,
+    PromptFormatOpt,
     load_index_model,
     load_model,
 )
@@ -78,6 +79,7 @@ def build(
     attention: Annotated[
         str, typer.Option("--attention", help=f"causal or bidirectional ({FIXED_ATTENTION_HELP})")
     ] = "causal",
+    prompt_format: PromptFormatOpt = None,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="chunks per forward pass")] = 16,
     shard_size: ShardOpt = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="replace an existing index at --out")] = False,
@@ -109,13 +111,15 @@ def build(
 
         attention = method_rules(method).attention(attention)
         config = EmbedSettings(
-            method=method, steps=steps, attention=attention, max_length=chunk_tokens + 256
+            method=method, steps=steps, attention=attention, prompt_format=prompt_format, max_length=chunk_tokens + 256
         )  # room for title + template; checked when made
         store = {"index_params": parse_search_params(index_param), "search_params": parse_search_params(search_param)}
     except ValueError as exc:
         _fail(str(exc))
     loaded = load_model(model, adapter, dtype, center, device, generator)
-    config = config.replace(tau=loaded.tau, center=loaded.center)
+    config = config.replace(
+        tau=loaded.tau, center=loaded.center, prompt_format=loaded.prompt_format_for(method, prompt_format)
+    )
     try:
         index = build_index(
             loaded,

@@ -8,7 +8,17 @@ from typing import Annotated, Any
 
 import typer
 
-from ._common import AdapterOpt, CenterOpt, DeviceOpt, DtypeOpt, GeneratorOpt, ModelOpt, load_model, pick_generator
+from ._common import (
+    AdapterOpt,
+    CenterOpt,
+    DeviceOpt,
+    DtypeOpt,
+    GeneratorOpt,
+    ModelOpt,
+    PromptFormatOpt,
+    load_model,
+    pick_generator,
+)
 
 _LIMITS = "Limits and batching"
 
@@ -48,6 +58,7 @@ def serve(
     steps: Annotated[
         int | None, typer.Option("--steps", "-k", min=1, help="default GIRCSE soft tokens K (default: the model's own)")
     ] = None,
+    prompt_format: PromptFormatOpt = None,
     max_steps: Annotated[int, _limit("highest steps a request may ask for")] = 20,
     max_inputs: Annotated[int, _limit("texts per embeddings request / documents per rerank")] = 256,
     max_input_tokens: Annotated[int, _limit("tokens per prompt (text + instruction + template)")] = 512,
@@ -99,6 +110,7 @@ def serve(
             model_id=model_id,
             api_key=api_key,
             method=method or DEFAULT_METHOD,  # checked here; a saved model's own method replaces it once loaded
+            prompt_format=prompt_format,
             default_steps=steps or 5,
             max_steps=max_steps,
             max_inputs=max_inputs,

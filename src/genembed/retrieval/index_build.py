@@ -25,6 +25,7 @@ from ..encoders.settings import EmbedSettings
 from ..generation.adapters import same_weights
 from .chunking import Chunk, chunk_documents, read_sources
 from .embed_kv import encode_with_kv
+from .grit_cache import check_grit_kv_source, grit_kv_source, uses_grit_cache
 from .index import BUILD_DIR, MANIFEST, ChunkRecord, Index, commit
 from .kv_ops import KV
 from .kv_source import check_kv_source, kv_source
@@ -132,7 +133,11 @@ def build_index(
         "sources": [str(s) for s in sources],
         **store,
     }
-    if store_kv:
+    if store_kv and uses_grit_cache(config):  # GRIT caching stores the embedding passes themselves
+        if location.kind != "faiss":
+            raise ValueError("GRIT caching (--store-kv with --prompt-format gritlm) needs a faiss folder index")
+        manifest["kv"]["source"] = grit_kv_source(model)
+    elif store_kv:
         prompt = prompt or RagPrompt()
         reused = embedding_pass_reusable(model, config, prompt, [c.embed_text for c in chunks])
         manifest["kv"]["source"] = kv_source(model, prompt, reused=reused)
@@ -181,7 +186,9 @@ def add_to_index(
         )
     base = Index.load(location.uri)
     base.check_model(model)
-    if base.has_kv:
+    if base.has_kv and uses_grit_cache(base.config):
+        check_grit_kv_source(base.kv_source, model, index=base.path)
+    elif base.has_kv:
         check_kv_source(base.kv_source, model, base.rag_prompt, index=base.path)
     chunking = base.manifest["chunking"]
     if chunking is None:
@@ -241,8 +248,9 @@ def _run(
     state = _load_state(build, fingerprint)
     n_shards = (len(records) + shard_size - 1) // shard_size
     kv_dtype = resolve_kv_dtype(kv_info["dtype"]) if kv_info else None
-    prompt = RagPrompt.from_dict(kv_info["source"]["prompt"]) if kv_info else RagPrompt()
-    reuse = kv_info is not None and embedding_pass_reusable(model, config, prompt, texts)
+    grit = kv_info is not None and uses_grit_cache(config)  # the embedding pass's states are stored as they are
+    prompt = RagPrompt.from_dict(kv_info["source"]["prompt"]) if kv_info and not grit else RagPrompt()
+    reuse = kv_info is not None and (grit or embedding_pass_reusable(model, config, prompt, texts))
     from tqdm.auto import tqdm
 
     done_chunks = sum(min(shard_size, len(records) - j * shard_size) for j in state["done"])
@@ -264,7 +272,8 @@ def _run(
                 kv_dtype=kv_dtype,
             )
             if kv_info is not None:
-                states = generation_states(
+                states = encoded.kv if grit else None  # GRIT caching reuses the embedding passes as they are
+                states = states or generation_states(
                     model, prompt, part_texts, encoded.kv if reuse else None, batch_size=batch_size, kv_dtype=kv_dtype
                 )
                 name = f"kv/{generation:05d}-{j:05d}.safetensors"

@@ -75,6 +75,7 @@ class ServingState:
             instruction=instruction,
             steps=max(steps, 1),
             method=s.method,
+            prompt_format=s.prompt_format,
             batch_size=s.encode_batch_size,
             max_length=s.max_input_tokens,
             show_progress_bar=False,
@@ -97,9 +98,7 @@ class ServingState:
 
     def embedding_prompt_lengths(self, texts: list[str], instruction: str) -> tuple[list[int], list[int]]:
         """``(prompt tokens, text tokens)`` per text, exactly as the encoder will build the prompts."""
-        from ..encoders.methods import method_rules
-
-        fmt = method_rules(self.settings.method).prompt_format
+        fmt = self.model.prompt_format_for(self.settings.method, self.settings.prompt_format)
         prompts = encode_prompts(self.tokenizer, texts, instruction=instruction, prompt_format=fmt, max_length=1 << 30)
         return [len(p.ids) for p in prompts], [p.text_end - p.text_start for p in prompts]
 
