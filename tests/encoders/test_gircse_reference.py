@@ -126,3 +126,18 @@ def test_another_format_fails_the_comparison():
     texts, instruction = _golden()["texts"], case["instruction"]
     got = model.encode(texts, instruction=instruction, steps=5, prompt_format="plain", center=False)
     assert _cosines(got, np.asarray(case["embeddings"])).min() < MIN_COSINE
+
+
+def test_qwen2_folder_tokenizes_as_its_tokenizer_json():
+    """The reference ids come from the saved tokenizer.json; transformers 5's Qwen2Tokenizer would split
+    ``"\\n\\n"`` into one token where the file makes two (genembed.backbone.tokenizer)."""
+    from tokenizers import Tokenizer
+
+    _golden()  # skips without the reference
+    saved = Tokenizer.from_file(str(REFERENCE / "tiny-qwen2" / "tokenizer.json"))
+    tokenizer = _model("tiny-qwen2", None).backbone.tokenizer
+    (prompt,) = encode_prompts(
+        tokenizer, ["one\n\ntwo   three\n\n\nfour"], instruction="Sum up.", prompt_format="gircse"
+    )
+    want = saved.encode("Instruct: Sum up.\nQuery:one\n\ntwo   three\n\n\nfour", add_special_tokens=False).ids
+    assert prompt.ids == want
