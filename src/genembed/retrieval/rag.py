@@ -168,7 +168,7 @@ def build_context(
     """
     order, query_cached, docs_cached = mode_layout(mode, order)
     if uses_grit_cache(index.config):  # GritLM's own formats and states (its order; no prompt to choose)
-        return grit_context(model, index, query, sources, mode)
+        return _fits(model, grit_context(model, index, query, sources, mode))
     prompt = prompt or index.rag_prompt
     tok = model.backbone.tokenizer
     head = prompt.head_ids(tok)
@@ -197,6 +197,11 @@ def build_context(
     lm = model.backbone.model
     with adapter_mode(lm, getattr(model, "generation_adapter", False)):  # prefills run the generator
         context = assemble(lm, [Segment("head", head, head_kv), *segments], prompt.tail_ids(tok), recompute=recompute)
+    return _fits(model, context)
+
+
+def _fits(model: Any, context: Context) -> Context:
+    """``context``, or ValueError when it leaves no room in the model's context window."""
     limit = getattr(model.backbone.model.config, "max_position_embeddings", None)
     if limit is not None and context.total_tokens >= limit:
         raise ValueError(f"the RAG prompt has {context.total_tokens} tokens; the model's context holds {limit}")
