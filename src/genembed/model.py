@@ -158,6 +158,7 @@ class GenerativeEmbedder:
         method: str | None = None,
         attention: str | None = None,
         prompt_format: str | None = None,
+        tau: float | None = None,
         batch_size: int = 32,
         normalize: bool | None = None,
         normalize_embeddings: bool | None = None,
@@ -189,8 +190,10 @@ class GenerativeEmbedder:
             method: one of :data:`genembed.encoders.methods.METHODS` (None: ``model.method``).
             attention: ``"causal"`` (default) or ``"bidirectional"``; some methods fix it (GRIT is
                 always bidirectional; see :mod:`genembed.encoders.methods`).
-            prompt_format: ``"chat"`` or ``"plain"``; None: the method's own (chat for GIRCSE, plain
+            prompt_format: ``"chat"``, ``"plain"``, ``"gircse"`` (the official GIRCSE code's) or
+                ``"gritlm"`` (GritLM's); None: the model's, else the method's own (chat for GIRCSE, plain
                 otherwise); see :mod:`genembed.encoders.prompts`.
+            tau: GIRCSE soft-token softmax temperature (None: ``model.tau``, 1.0 unless loaded otherwise).
             batch_size: texts per forward pass (texts are sorted by length first).
             normalize: L2-normalize the embeddings (default True).
             normalize_embeddings: sentence-transformers' name for ``normalize``.
@@ -239,6 +242,7 @@ class GenerativeEmbedder:
             prompt_format=prompt_format,
             max_steps=max_steps,
             stop_tol=stop_tol,
+            tau=self.tau if tau is None else tau,
             max_length=max_length,
             batch_size=batch_size,
         )
@@ -316,15 +320,21 @@ class GenerativeEmbedder:
         if method is None or method == self.method:
             method = self.method
             attention = self.attention if attention is None else attention
-            prompt_format = prompt_format or self.prompt_format
         fields.setdefault("tau", self.tau)
         return EmbedSettings.build(
             method=method,
             steps=self.steps if steps is None else steps,
             attention=attention,
-            prompt_format=prompt_format,
+            prompt_format=self.prompt_format_for(method, prompt_format),
             **fields,
         )
+
+    def prompt_format_for(self, method: str | None = None, prompt_format: str | None = None) -> str:
+        """The prompt format ``encode(method=..., prompt_format=...)`` uses: the one asked for, else the
+        model's own when ``method`` is the model's (None), else the method's default."""
+        method = method or self.method
+        own = self.prompt_format if method == self.method else None
+        return prompt_format or own or method_rules(method).prompt_format
 
     def encode_query(self, texts: str | list[str], **kwargs: Any) -> Any:
         """:meth:`encode` with ``prompt_name="query"`` (:data:`DEFAULT_QUERY_INSTRUCTION` unless
@@ -401,7 +411,8 @@ class GenerativeEmbedder:
         stream: bool = False,
         seed: int | None = None,
     ) -> str | Iterator[str]:
-        """Chat with the same weights that embed: the backbone's chat template, causal attention.
+        """Chat with the same weights that embed: the backbone's chat template (GritLM's format when the
+        model's ``prompt_format`` is ``"gritlm"``), causal attention.
 
         Args:
             messages_or_prompt: a user prompt, or a conversation ``[{"role": "user", "content": ...}, ...]``.
@@ -429,6 +440,7 @@ class GenerativeEmbedder:
             stop=stop,
             seed=seed,
             use_adapter=self.generation_adapter,
+            prompt_format=self.prompt_format,
         )
         return pieces if stream else "".join(pieces)
 
@@ -441,6 +453,9 @@ class GenerativeEmbedder:
         relevant to the query?" (log-softmax over those two tokens). On scifact-dev with the bundled
         135M model, query likelihood lifted nDCG@10 of the top 10 from 22.3 to 31.3 while yes/no
         lowered it to 14.3 (docs/grit.md); yes/no needs a larger model.
+
+        A model whose ``prompt_format`` is ``"gritlm"`` asks with the GRIT authors' prompt (``yes_no``) or in
+        GritLM's chat turn (``query_likelihood``); see :mod:`genembed.generation.grit_rerank`.
 
         The options after ``documents`` are keyword-only (:class:`~genembed.generation.rerank.RerankOptions`).
 
@@ -462,7 +477,14 @@ class GenerativeEmbedder:
         """
         from .generation.rerank import rerank
 
-        return rerank(self.backbone, query, documents, use_adapter=self.generation_adapter, **options)
+        return rerank(
+            self.backbone,
+            query,
+            documents,
+            use_adapter=self.generation_adapter,
+            prompt_format=self.prompt_format,
+            **options,
+        )
 
     def search(
         self,

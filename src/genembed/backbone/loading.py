@@ -91,7 +91,9 @@ def load_backbone(model: str | os.PathLike | None = None, *, dtype: Any = "auto"
     Raises:
         MissingModelError: the model is not available locally; the message says how to get it.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
+
+    from .tokenizer import load_tokenizer
 
     device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, device)
@@ -110,7 +112,7 @@ def load_backbone(model: str | os.PathLike | None = None, *, dtype: Any = "auto"
         else:
             folder, name, source = hub_cache_folder(str(model)), str(model), str(model)
     t0 = time.perf_counter()
-    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    tokenizer = load_tokenizer(folder)
     lm = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch_dtype)
     lm.to(device).eval()
     if tokenizer.pad_token_id is None:

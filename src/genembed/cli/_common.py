@@ -7,6 +7,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from genembed.encoders.methods import METHOD_RULES, METHODS
+from genembed.encoders.prompts import PROMPT_FORMATS
 
 # help texts built from the method table (genembed.encoders.methods)
 METHODS_HELP = f"{', '.join(METHODS[:-1])} or {METHODS[-1]}"
@@ -14,6 +15,14 @@ FIXED_ATTENTION_HELP = ", ".join(
     f"{r.name}: always {r.fixed_attention}" for r in METHOD_RULES.values() if r.fixed_attention
 )
 
+PromptFormatOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--prompt-format",
+        help=f"{', '.join(PROMPT_FORMATS)} (gircse and gritlm: the published models' own; default: the model's, "
+        "else chat for gircse, plain otherwise)",
+    ),
+]
 ModelOpt = Annotated[
     str | None, typer.Option("--model", "-m", help="HF folder, .gguf file or cached hub id (default: bundled SmolLM2)")
 ]

@@ -22,6 +22,7 @@ from ._common import (
     InstructionOpt,
     MethodOpt,
     ModelOpt,
+    PromptFormatOpt,
     QuietOpt,
     StepsOpt,
     check_settings,
@@ -43,6 +44,7 @@ def encode(
     steps: StepsOpt = None,
     instruction: InstructionOpt = "",
     attention: AttentionOpt = None,
+    prompt_format: PromptFormatOpt = None,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="texts per forward pass")] = 32,
     max_length: Annotated[int, typer.Option("--max-length", min=1, help="tokens per text (cut from the end)")] = 512,
     shard_size: Annotated[int, typer.Option("--shard-size", min=1, help="records per output shard")] = 4096,
@@ -62,10 +64,23 @@ def encode(
 
     if not input_path.is_file():
         fail(f"input file not found: {input_path}")
-    check_settings(method=method, steps=steps, attention=attention, max_length=max_length, batch_size=batch_size)
+    check_settings(
+        method=method,
+        steps=steps,
+        attention=attention,
+        prompt_format=prompt_format,
+        max_length=max_length,
+        batch_size=batch_size,
+    )
     loaded = load_model(model, adapter, dtype, center, device)  # auto: cuda:LOCAL_RANK where there is CUDA
     options = model_settings(
-        loaded, method=method, steps=steps, attention=attention, max_length=max_length, batch_size=batch_size
+        loaded,
+        method=method,
+        steps=steps,
+        attention=attention,
+        prompt_format=prompt_format,
+        max_length=max_length,
+        batch_size=batch_size,
     )
     try:
         result = encode_corpus(

@@ -20,6 +20,7 @@ from ._common import (
     GeneratorOpt,
     MethodOpt,
     ModelOpt,
+    PromptFormatOpt,
     StepsOpt,
     check_settings,
     load_index_model,
@@ -79,6 +80,7 @@ def build(
     method: MethodOpt = None,
     steps: StepsOpt = None,
     attention: AttentionOpt = None,
+    prompt_format: PromptFormatOpt = None,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="chunks per forward pass")] = 16,
     shard_size: ShardOpt = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="replace an existing index at --out")] = False,
@@ -102,7 +104,7 @@ def build(
 
     where = _store.location(out, collection, token)
     max_length = chunk_tokens + 256  # room for title + template
-    check_settings(method=method, steps=steps, attention=attention, max_length=max_length)
+    check_settings(method=method, steps=steps, attention=attention, prompt_format=prompt_format, max_length=max_length)
     try:  # check settings before loading the model
         resolve_kv_dtype(kv_dtype)
         if overlap >= chunk_tokens:
@@ -111,7 +113,9 @@ def build(
     except ValueError as exc:
         _fail(str(exc))
     loaded = load_model(model, adapter, dtype, center, device, generator)
-    config = model_settings(loaded, method=method, steps=steps, attention=attention, max_length=max_length)
+    config = model_settings(
+        loaded, method=method, steps=steps, attention=attention, prompt_format=prompt_format, max_length=max_length
+    )
     config = config.replace(center=loaded.center)
     try:
         index = build_index(

@@ -16,6 +16,7 @@ from ._common import (
     GeneratorOpt,
     MethodOpt,
     ModelOpt,
+    PromptFormatOpt,
     StepsOpt,
     fail,
     load_model,
@@ -49,6 +50,7 @@ def serve(
     model_id: Annotated[str | None, typer.Option("--model-id", help="model name in responses")] = None,
     method: MethodOpt = None,
     steps: StepsOpt = None,
+    prompt_format: PromptFormatOpt = None,
     max_steps: Annotated[int, _limit("highest steps a request may ask for")] = 20,
     max_inputs: Annotated[int, _limit("texts per embeddings request / documents per rerank")] = 256,
     max_input_tokens: Annotated[int, _limit("tokens per prompt (text + instruction + template)")] = 512,
@@ -101,6 +103,7 @@ def serve(
             model_id=model_id,
             api_key=api_key,
             method=method or DEFAULT_METHOD,  # checked here; a saved model's own method replaces it once loaded
+            prompt_format=prompt_format,
             default_steps=steps or 5,
             max_steps=max_steps,
             max_inputs=max_inputs,

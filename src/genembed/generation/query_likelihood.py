@@ -34,10 +34,15 @@ MAX_QUERY_TOKENS = 256  # query tokens scored (and kept in yes/no prompts); long
 _REQUEST = "Write a query for this task that the passage is relevant to."
 
 
-def query_likelihood_prompt(tokenizer: Any, instruction: str) -> tuple[list[int], list[int]]:
-    """Token ids before and after the document; the query's tokens follow the second part."""
+def query_likelihood_prompt(
+    tokenizer: Any, instruction: str, prompt_format: str | None = None
+) -> tuple[list[int], list[int]]:
+    """Token ids before and after the document; the query's tokens follow the second part.
+    ``prompt_format="gritlm"``: in GritLM's chat turn, with its BOS."""
     content = f"Passage: {SENTINEL}\n\nTask: {instruction}\n{_REQUEST}"
-    return split_ids(tokenizer, *split_around(tokenizer, content, plain_end="\nQuery: "))
+    grit = prompt_format == "gritlm"
+    parts = split_around(tokenizer, content, plain_end="\nQuery: ", prompt_format=prompt_format)
+    return split_ids(tokenizer, *parts, special=grit)
 
 
 @torch.no_grad()
@@ -51,6 +56,7 @@ def score_query_likelihood(
     batch_size: int = 8,
     max_length: int = 512,
     max_query_tokens: int = MAX_QUERY_TOKENS,
+    prompt_format: str | None = None,
 ) -> torch.Tensor:
     """Mean log-probability of the query's tokens given each document (float32, input order).
 
@@ -60,6 +66,7 @@ def score_query_likelihood(
     Args:
         instruction: the retrieval task's description (what kind of query to write).
         max_query_tokens: query tokens scored.
+        prompt_format: ``"gritlm"`` asks in GritLM's chat format (:func:`query_likelihood_prompt`).
     """
     if batch_size < 1 or max_length < 1:
         raise ValueError(f"batch_size and max_length must be >= 1, got {batch_size} and {max_length}")
@@ -68,7 +75,7 @@ def score_query_likelihood(
         return torch.zeros(0)
     if not query_ids:
         raise ValueError("query likelihood needs a non-empty query")
-    before, after = query_likelihood_prompt(tokenizer, instruction)
+    before, after = query_likelihood_prompt(tokenizer, instruction, prompt_format)
     doc_ids = tokenizer(list(documents), add_special_tokens=False)["input_ids"]
     rows = [before + ids[:max_length] + after + query_ids for ids in doc_ids]
     n_query = len(query_ids)

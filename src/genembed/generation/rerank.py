@@ -42,6 +42,7 @@ from ..encoders.prompts import SENTINEL, split_around, split_ids
 from ._padding import right_padded_batches
 from .adapters import adapter_mode
 from .decoding import lm_head
+from .grit_rerank import GRIT_RERANK_INSTRUCTION, score_grit_pairs
 from .query_likelihood import MAX_QUERY_TOKENS, score_query_likelihood
 
 __all__ = [
@@ -225,12 +226,16 @@ def rerank(
     max_length: int = 512,
     scoring: str = "query_likelihood",
     use_adapter: bool | str = True,
+    prompt_format: str | None = None,
 ) -> list[RerankResult]:
     """Score documents against a query and return them best first (see :meth:`GenerativeEmbedder.rerank`).
 
     ``scoring`` is ``"yes_no"`` (this module) or ``"query_likelihood"``
     (:mod:`genembed.generation.query_likelihood`). Each result's ``probability`` is computed over all
-    the documents, before ``top_n`` cuts the list (:func:`relevance_probabilities`).
+    the documents, before ``top_n`` cuts the list (:func:`relevance_probabilities`). With
+    ``prompt_format="gritlm"`` (a model that uses GritLM's format) ``yes_no`` asks with the GRIT authors'
+    reranking prompt (:mod:`genembed.generation.grit_rerank`) and ``query_likelihood`` puts its request
+    in GritLM's chat turn.
     """
     if not isinstance(query, str):
         raise TypeError(f"query must be a string, got {type(query).__name__}")
@@ -244,8 +249,13 @@ def rerank(
         raise ValueError(f"top_n must be >= 1 or None, got {top_n}")
     if scoring not in SCORINGS:
         raise ValueError(f"scoring must be one of {SCORINGS}, got {scoring!r}")
-    score = score_pairs if scoring == "yes_no" else score_query_likelihood
-    default_instruction = DEFAULT_RERANK_INSTRUCTION if scoring == "yes_no" else DEFAULT_QUERY_INSTRUCTION
+    grit = prompt_format == "gritlm"
+    if scoring == "yes_no":
+        score = score_grit_pairs if grit else score_pairs
+        default_instruction = GRIT_RERANK_INSTRUCTION if grit else DEFAULT_RERANK_INSTRUCTION
+    else:
+        score = functools.partial(score_query_likelihood, prompt_format=prompt_format)
+        default_instruction = DEFAULT_QUERY_INSTRUCTION
     with adapter_mode(backbone.model, use_adapter):
         scores = score(
             backbone.model,

@@ -20,6 +20,7 @@ from ..adapter_info import warn_if_untrained
 from ..encoders.settings import EmbedSettings
 from ..generation.adapters import same_weights
 from .chunking import Chunk, chunk_documents, read_sources
+from .grit_cache import check_grit_kv_source, grit_kv_source, uses_grit_cache
 from .kv_embed import encode_with_kv
 from .kv_ops import KV
 from .kv_segment import reusable_prefix, segment_states
@@ -117,7 +118,11 @@ def build_index(
         "sources": [str(s) for s in sources],
         **settings,
     }
-    if store_kv:
+    if store_kv and uses_grit_cache(config):  # GRIT caching stores the embedding passes themselves
+        if location.kind != "faiss":
+            raise ValueError("GRIT caching (--store-kv with --prompt-format gritlm) needs a faiss folder index")
+        manifest["kv"]["source"] = grit_kv_source(model)
+    elif store_kv:
         prompt = prompt or RagPrompt()
         reused = embedding_pass_reusable(model, config, prompt, [c.embed_text for c in chunks])
         manifest["kv"]["source"] = kv_source(model, prompt, reused=reused)
@@ -149,7 +154,9 @@ def add_to_index(
     """
     store = open_index(index_dir)
     store.check_model(model)
-    if store.has_kv:
+    if store.has_kv and uses_grit_cache(store.config):
+        check_grit_kv_source(store.kv_source, model, index=store.where)
+    elif store.has_kv:
         check_kv_source(store.kv_source, model, store.rag_prompt, index=store.where)
     chunking = store.manifest.get("chunking")
     if chunking is None:
@@ -178,7 +185,8 @@ def _ingest(
     ]
     shard_size = shard_size or (64 if kv_info else 1024)
     prompt = store.rag_prompt
-    reuse = kv_info is not None and embedding_pass_reusable(model, config, prompt, texts)
+    grit = kv_info is not None and uses_grit_cache(config)  # the embedding pass's states are stored as they are
+    reuse = kv_info is not None and (grit or embedding_pass_reusable(model, config, prompt, texts))
 
     def embed_shard(j: int, part: list[ChunkRecord]) -> None:
         part_texts = [r.embed_text for r in part]
@@ -186,7 +194,9 @@ def _ingest(
             model.backbone, part_texts, config, kind="doc", keep_kv=reuse, batch_size=batch_size, kv_dtype=kv_dtype
         )
         states = None
-        if kv_info is not None:
+        if grit:  # GRIT caching reuses the embedding passes as they are
+            states = encoded.kv
+        elif kv_info is not None:
             states = generation_states(
                 model, prompt, part_texts, encoded.kv if reuse else None, batch_size=batch_size, kv_dtype=kv_dtype
             )

@@ -24,6 +24,7 @@ from ..generation.chat import eos_token_ids
 from ..generation.decoding import decode_stream, repetition_processors
 from ..generation.detokenize import stream_pieces
 from .context import Context, Segment, assemble, fresh_input, mode_layout
+from .grit_cache import grit_context, uses_grit_cache
 from .kv_embed import encode_with_kv
 from .kv_ops import KV
 from .kv_segment import reusable_prefix, segment_states
@@ -110,7 +111,10 @@ def retrieve(
     timings = timings if timings is not None else {}
     index.check_model(model)
     t0 = time.perf_counter()
-    keep = keep_query_kv and same_weights(model) and index.config.attention == "causal"
+    # the query's embedding-pass states serve a cached query segment when that pass is the generator's own
+    # (causal), or in GRIT's caching, which reuses the bidirectional embedding pass (grit_cache)
+    reusable = index.config.attention == "causal" or uses_grit_cache(index.config)
+    keep = keep_query_kv and same_weights(model) and reusable
     encoded = encode_with_kv(model.backbone, [question], index.config, kind="query", keep_kv=keep)
     query = Query(question, encoded.embeddings, encoded.ids[0], encoded.kv[0] if encoded.kv else None)
     timings["embed_query"] = time.perf_counter() - t0
@@ -156,11 +160,16 @@ def build_context(
         recompute: share of the isolated cached tokens (cached segments after the first) recomputed
             with the passages before them in view (:mod:`~genembed.retrieval.kv_blend`); 0: none.
 
+    An index embedded in GritLM's format (``prompt_format="gritlm"``) answers with GritLM's own caching
+    formats and its embedding passes' states instead (:mod:`~genembed.retrieval.grit_cache`).
+
     Raises:
         ValueError: the index stores no KV states for a doc-caching mode.
         KVSourceError: the stored states were made by other weights, attention or prompt.
     """
     order, query_cached, docs_cached = mode_layout(mode, order)
+    if uses_grit_cache(index.config):  # GritLM's own formats and states (its order; no prompt to choose)
+        return _fits(model, grit_context(model, index, query, sources, mode))
     prompt = prompt or index.rag_prompt
     tok = model.backbone.tokenizer
     head = prompt.head_ids(tok)
@@ -189,6 +198,11 @@ def build_context(
     lm = model.backbone.model
     with adapter_mode(lm, getattr(model, "generation_adapter", False)):  # prefills run the generator
         context = assemble(lm, [Segment("head", head, head_kv), *segments], prompt.tail_ids(tok), recompute=recompute)
+    return _fits(model, context)
+
+
+def _fits(model: Any, context: Context) -> Context:
+    """``context``, or ValueError when it leaves no room in the model's context window."""
     limit = getattr(model.backbone.model.config, "max_position_embeddings", None)
     if limit is not None and context.total_tokens >= limit:
         raise ValueError(f"the RAG prompt has {context.total_tokens} tokens; the model's context holds {limit}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..encoders.methods import DEFAULT_METHOD, METHODS
+from ..encoders.prompts import PROMPT_FORMATS
 
 __all__ = ["ServeSettings"]
 
@@ -21,6 +22,7 @@ class ServeSettings:
     model_id: str | None = None  # name in responses and /v1/models (default: the loaded model's name)
     api_key: str | None = None  # when set, /v1/* needs "Authorization: Bearer <key>"
     method: str = DEFAULT_METHOD  # embedding method: a name in genembed.encoders.methods.METHODS
+    prompt_format: str | None = None  # a name in PROMPT_FORMATS; None: the model's own, else the method's
     default_steps: int = 5  # GIRCSE soft tokens K when a request does not say
     max_steps: int = 20  # highest `steps` a request may ask for
     max_inputs: int = 256  # texts per embeddings request, documents per rerank request
@@ -72,6 +74,8 @@ class ServeSettings:
 
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        if self.prompt_format is not None and self.prompt_format not in PROMPT_FORMATS:
+            raise ValueError(f"prompt_format must be one of {PROMPT_FORMATS}, got {self.prompt_format!r}")
         if self.rerank_scoring not in SCORINGS:
             raise ValueError(f"rerank_scoring must be one of {SCORINGS}, got {self.rerank_scoring!r}")
         for name, instruction in self.instructions.items():

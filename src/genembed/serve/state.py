@@ -75,6 +75,7 @@ class ServingState:
             instruction=instruction,
             steps=max(steps, 1),
             method=s.method,
+            prompt_format=s.prompt_format,
             batch_size=s.encode_batch_size,
             max_length=s.max_input_tokens,
             show_progress_bar=False,
@@ -91,15 +92,13 @@ class ServingState:
         from ..generation.chat import chat_prompt_ids
 
         try:
-            return len(chat_prompt_ids(self.tokenizer, messages))
+            return len(chat_prompt_ids(self.tokenizer, messages, self.model.prompt_format))
         except (TypeError, ValueError) as exc:
             raise APIError(422, f"cannot format the conversation: {exc}", param="messages") from exc
 
     def embedding_prompt_lengths(self, texts: list[str], instruction: str) -> tuple[list[int], list[int]]:
         """``(prompt tokens, text tokens)`` per text, exactly as the encoder will build the prompts."""
-        from ..encoders.methods import method_rules
-
-        fmt = method_rules(self.settings.method).prompt_format
+        fmt = self.model.prompt_format_for(self.settings.method, self.settings.prompt_format)
         prompts = encode_prompts(self.tokenizer, texts, instruction=instruction, prompt_format=fmt, max_length=1 << 30)
         return [len(p.ids) for p in prompts], [p.text_end - p.text_start for p in prompts]
 
