@@ -10,7 +10,7 @@ from typing import Any
 from ._peft import quiet_peft
 from .adapter_info import read_trained_for
 from .backbone.default_model import MissingModelError
-from .backbone.device import resolve_device
+from .backbone.hub import hub_snapshot
 from .backbone.loading import BUNDLED, hub_cache_folder, load_backbone
 from .model import GenerativeEmbedder
 from .saving import BACKBONE_SUBFOLDER, SETTINGS_FILE, calibration_digest, read_settings
@@ -69,14 +69,21 @@ def load(
     tau: float | None = None,
     center: bool | None = None,
     generation_adapter: str | os.PathLike | bool | None = None,
+    local_files_only: bool = False,
+    device_map: Any = None,
+    quantization: str | None = None,
 ) -> GenerativeEmbedder:
     """Load a model for embedding (and generation, reranking, RAG).
 
     Args:
-        model: None for the bundled default (SmolLM2-135M-Instruct), a folder written by
-            ``model.save`` (its ``genembed.json`` restores the settings), a local HF folder, a ``.gguf``
-            file, or a hub id already in the local HF cache (a saved model or a plain HF model).
-            Nothing is downloaded.
+        model: None for the bundled default (SmolLM2-135M-Instruct; never downloaded), a folder
+            written by ``model.save`` (its ``genembed.json`` restores the settings), a local HF folder,
+            a ``.gguf`` file, or a hub id: a published checkpoint of :data:`genembed.published.PUBLISHED`
+            (``"GritLM/GritLM-7B"``, ``"Roytsai27/GIRCSE-QWEN7B"``, ...: loaded with its authors'
+            method, K, temperature, prompt format and instructions, centering off), a LoRA adapter repo
+            (loaded on the base model its ``adapter_config.json`` names), a saved model or a plain HF
+            model. A hub id comes from the local HF cache, downloaded into it when missing (progress
+            bar, resumable) unless ``local_files_only`` or ``HF_HUB_OFFLINE=1``.
         adapter: a LoRA adapter folder (as written by ``genembed train``), or the name of an adapter
             shipped for the bundled backbone (:data:`SHIPPED_ADAPTERS`: ``"gircse"``, ``"joint"``; a
             local folder of that name wins). None: the shipped GIRCSE adapter when ``model`` is the
@@ -91,8 +98,9 @@ def load(
             AVX512-BF16 or AMX, else float32; see :func:`genembed.backbone.default_dtype`; the
             environment variable ``GENEMBED_DTYPE`` overrides it), ``"float32"``, ``"bfloat16"`` or
             ``"float16"``.
-        device: ``"auto"`` (default: CUDA, then Apple MPS, then the CPU), or a torch device such as
-            ``"cpu"`` or ``"cuda:0"``.
+        device: ``"auto"`` (default: CUDA, then Apple MPS, then the CPU; with several GPUs, a model
+            too large for the first is spread over all of them), or a torch device such as ``"cpu"``
+            or ``"cuda:0"``.
         tau: GIRCSE soft-token softmax temperature (None: the saved model's, else 1.0).
         center: per-instruction centering in ``encode`` by default (see
             :mod:`genembed.encoders.centering`). None: the saved model's setting; else on with a
@@ -102,19 +110,41 @@ def load(
             model: as it was saved). True / False: the embedding adapter / the base weights. A folder or
             shipped adapter name: a second LoRA adapter loaded beside the embedding one and used for
             generation only (``model.generation_adapter == "generation"``); embeddings do not change.
+        local_files_only: never download; a model missing from the HF cache fails at once.
+        device_map: accelerate's placement of the layers over devices (``"auto"``: over all GPUs).
+        quantization: ``"4bit"`` or ``"8bit"``: bitsandbytes weights on a CUDA GPU
+            (``pip install "genembed[quant]"``).
 
     Raises:
-        MissingModelError: the model or adapter is not on disk; the message says how to get it.
+        MissingModelError: the model or adapter is not on disk and cannot be downloaded (offline, not
+            found, gated); the message names it and says how to get it.
+        InsufficientMemoryError: a CPU load whose weights will not fit in the available memory.
         ValueError: a saved model's ``genembed.json`` is malformed (the message names the field).
         DamagedFileError: a file of the adapter is truncated or damaged (the message names it).
     """
-    device = resolve_device(device)
-    saved = saved_folder(model)
+    options = {"dtype": dtype, "device": device, "local_files_only": local_files_only}
+    options |= {"device_map": device_map, "quantization": quantization}
+    hub = _hub_folder(model, local_files_only)
+    saved = saved_folder(model) if hub is None else (hub if (hub / SETTINGS_FILE).is_file() else None)
     if saved is not None:
-        return _load_saved(
-            saved, adapter=adapter, dtype=dtype, device=device, tau=tau, center=center, generator=generation_adapter
-        )
-    backbone = load_backbone(model, dtype=dtype, device=device)
+        return _load_saved(saved, adapter=adapter, tau=tau, center=center, generator=generation_adapter, **options)
+    if hub is not None:
+        from .hub_loading import is_adapter_folder, load_hub_checkpoint
+        from .published import published_model
+
+        entry = published_model(str(model))
+        if entry is not None or is_adapter_folder(hub):
+            return load_hub_checkpoint(
+                entry.id if entry else str(model),
+                hub,
+                entry,
+                adapter=adapter,
+                tau=tau,
+                center=center,
+                generation_adapter=generation_adapter,
+                **options,
+            )
+    backbone = load_backbone(model, **options)
     if adapter is None and model is None:
         adapter = default_adapter()
     adapter_path, trained_for, shipped = None, None, False
@@ -155,6 +185,22 @@ def _choose_generator(
     model.generation_adapter = GENERATION_ADAPTER
 
 
+def _hub_folder(model: str | os.PathLike | None, local_files_only: bool) -> Path | None:
+    """The local snapshot of ``model`` when it names no local file or folder (a hub id), downloaded when
+    allowed; None for the bundled default and local paths.
+
+    Raises:
+        MissingModelError: a path that does not exist, or a hub id that is not cached and cannot be
+            downloaded (:func:`~genembed.backbone.hub.hub_snapshot`).
+    """
+    if model is None:
+        return None
+    path = Path(os.path.expanduser(str(model)))
+    if path.exists() or path.suffix == ".gguf":
+        return None
+    return hub_snapshot(str(model), local_files_only=local_files_only)
+
+
 def saved_folder(model: str | os.PathLike | None) -> Path | None:
     """The folder of a model written by ``model.save``: ``model`` itself, or its snapshot in the local
     HF cache when ``model`` is a hub id; None when ``model`` is anything else."""
@@ -173,7 +219,7 @@ def saved_folder(model: str | os.PathLike | None) -> Path | None:
 
 
 def _load_saved(
-    folder: Path, *, adapter: Any, dtype: str, device: str, tau: float | None, center: bool | None, generator: Any
+    folder: Path, *, adapter: Any, tau: float | None, center: bool | None, generator: Any, **options: Any
 ) -> GenerativeEmbedder:
     settings = read_settings(folder)
     where = folder / SETTINGS_FILE
@@ -183,7 +229,7 @@ def _load_saved(
     elif source == f"{BACKBONE_SUBFOLDER}/":
         source = folder / BACKBONE_SUBFOLDER
     try:
-        backbone = load_backbone(source, dtype=dtype, device=device)
+        backbone = load_backbone(source, **options)
     except MissingModelError as exc:
         raise MissingModelError(
             f"{where}: backbone.source {settings['backbone']['source']!r} cannot be loaded ({exc}); "
