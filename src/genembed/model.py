@@ -189,7 +189,8 @@ class GenerativeEmbedder:
             method: one of :data:`genembed.encoders.methods.METHODS` (None: ``model.method``).
             attention: ``"causal"`` (default) or ``"bidirectional"``; some methods fix it (GRIT is
                 always bidirectional; see :mod:`genembed.encoders.methods`).
-            prompt_format: ``"chat"`` or ``"plain"``; None: the method's own (chat for GIRCSE, plain
+            prompt_format: ``"chat"``, ``"plain"``, ``"gircse"`` (the official GIRCSE code's) or
+                ``"gritlm"`` (GritLM's); None: the model's, else the method's own (chat for GIRCSE, plain
                 otherwise); see :mod:`genembed.encoders.prompts`.
             batch_size: texts per forward pass (texts are sorted by length first).
             normalize: L2-normalize the embeddings (default True).

@@ -66,3 +66,38 @@ def test_split_around_renders_a_user_turn_or_the_plain_ending(tiny):
     assert split_around(NoTemplate(), f"Q: {SENTINEL}!", plain_end="\nA:") == ("Q: ", "!\nA:")
     with pytest.raises(ValueError, match="needs a tokenizer with a chat template"):
         split_around(NoTemplate(), SENTINEL)
+
+
+def test_gircse_format_is_the_official_string_tokenized_whole(tiny):
+    tok = tiny.tokenizer
+    (p, empty) = encode_prompts(tok, ["the text", ""], instruction="Do this.", prompt_format="gircse")
+    whole = tok("Instruct: Do this.\nQuery:the text", add_special_tokens=False)["input_ids"]
+    assert p.ids == whole  # one string, no space after "Query:", no special tokens
+    assert tok.decode(p.ids[p.text_start : p.text_end]) == "the text"
+    assert (empty.text_start, empty.text_end) == (len(empty.ids), len(empty.ids))  # pooled over the prompt
+    (bare,) = encode_prompts(tok, ["the text"], instruction="", prompt_format="gircse")
+    assert bare.ids == tok("the text", add_special_tokens=False)["input_ids"] and bare.text_start == 0
+
+
+def test_gircse_text_span_follows_offsets_when_the_boundary_merges(tiny):
+    # "Query:" + ":x" tokenizes differently whole than split; the span must still start inside the text
+    tok = tiny.tokenizer
+    (p,) = encode_prompts(tok, [":: x"], instruction="I.", prompt_format="gircse")
+    assert p.ids == tok("Instruct: I.\nQuery::: x", add_special_tokens=False)["input_ids"]
+    assert tok.decode(p.ids[p.text_start :]).endswith(":: x")
+
+
+def test_gritlm_format_masks_what_gritlm_masks(tiny):
+    tok = tiny.tokenizer
+    (p,) = encode_prompts(tok, ["the text"], instruction="Find it", prompt_format="gritlm")
+    assert tok.decode(p.ids) == "<|user|>\nFind it\n<|embed|>\nthe text"
+    # GritLM pools every token after len(tokenizer(instruction_prefix)) tokens, special tokens included
+    assert p.text_start == len(tok("<|user|>\nFind it\n<|embed|>\n")["input_ids"]) and p.text_end == len(p.ids)
+    (q,) = encode_prompts(tok, ["the text"], instruction="", prompt_format="gritlm")
+    assert tok.decode(q.ids) == "<|embed|>\nthe text"
+
+
+def test_whole_string_formats_cut_the_string_at_max_length(tiny):
+    for fmt in ("gircse", "gritlm"):
+        (p,) = encode_prompts(tiny.tokenizer, ["word " * 100], instruction="Keep me.", prompt_format=fmt, max_length=20)
+        assert len(p.ids) == 20 and p.text_end == 20

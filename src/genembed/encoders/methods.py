@@ -30,7 +30,7 @@ class MethodRules:
 
     name: str
     pooling: str  # "soft_tokens" (GIRCSE: mean of K generated soft tokens' states), "mean" or "last"
-    prompt_format: str  # the default prompt format ("chat" or "plain")
+    prompt_format: str  # the default prompt format (a name in genembed.encoders.prompts.PROMPT_FORMATS)
     fixed_attention: str | None  # the attention the method always uses; None: the caller's (causal by default)
     loss: str  # the contrastive training loss: "icr" (stepwise, over z_1..z_K) or "info_nce"
 

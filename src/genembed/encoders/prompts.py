@@ -1,11 +1,13 @@
 """How an instruction and a text become token ids: the one place prompt formats live.
 
-Every prompt is three token spans, tokenized separately and concatenated:
+``plain`` and ``chat`` prompts are three token spans, tokenized separately and concatenated:
 
     prefix(instruction) + text + suffix
 
 so we know exactly which tokens are the text (pooled by ``mean``/``grit``) and which are the
-instruction and template (attended to, never pooled). Formats:
+instruction and template (attended to, never pooled). The formats of published models
+(``gircse``, ``gritlm``) are tokenized the way their authors' code does it, as one string, so that
+the ids equal theirs (a split at the text boundary can change the ids there). Formats:
 
 - ``plain``: ``f"{instruction}\\n{text}"``, or just ``text`` when the instruction is empty.
 - ``chat``: the backbone's own chat template around an empty system turn (so no long default
@@ -13,9 +15,18 @@ instruction and template (attended to, never pooled). Formats:
   assistant generation prompt, so generative methods (``gircse``) continue as the assistant would.
   For SmolLM2 that is
   ``<|im_start|>system\\n<|im_end|>\\n<|im_start|>user\\n{instruction}\\n{text}<|im_end|>\\n<|im_start|>assistant\\n``.
+- ``gircse``: the official GIRCSE code's (github.com/Roytsai27/GIRCSE): ``f"Instruct: {instruction}\\nQuery:{text}"``
+  (no space after ``Query:``), or just ``text`` when the instruction is empty; the whole string is
+  tokenized without special tokens. The text tokens are found from the tokenizer's character offsets.
+- ``gritlm``: GritLM's (github.com/ContextualAI/gritlm): ``f"<|user|>\\n{instruction}\\n<|embed|>\\n{text}"``,
+  or ``f"<|embed|>\\n{text}"`` without an instruction, tokenized whole with the tokenizer's special
+  tokens (its BOS, for Mistral). As GritLM does, the first ``len(tokenize(prefix))`` tokens (special
+  tokens included) are the instruction, and every token after them (an EOS the tokenizer adds too)
+  is the text.
 
 Texts longer than ``max_length`` tokens (prefix and suffix included) have their text span cut
-from the end; the instruction and template are always kept whole. An empty text is pooled over the whole
+from the end; the instruction and template are always kept whole (``gircse`` and ``gritlm`` cut the
+whole string at ``max_length`` tokens, as their authors' code does). An empty text is pooled over the whole
 prompt (its instruction and template), or, when even those are empty, over one EOS token.
 """
 
@@ -25,9 +36,20 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-__all__ = ["PROMPT_FORMATS", "SENTINEL", "EncodedPrompt", "encode_prompts", "prompt_spans", "split_around", "split_ids"]
+__all__ = [
+    "PROMPT_FORMATS",
+    "SENTINEL",
+    "WHOLE_STRING_FORMATS",
+    "EncodedPrompt",
+    "encode_prompts",
+    "prompt_spans",
+    "split_around",
+    "split_ids",
+]
 
-PROMPT_FORMATS = ("plain", "chat")
+PROMPT_FORMATS = ("plain", "chat", "gircse", "gritlm")
+# formats tokenized as one string, the way their authors' code does (special tokens added or not)
+WHOLE_STRING_FORMATS = {"gircse": False, "gritlm": True}
 SENTINEL = "\u2063GENEMBED_TEXT\u2063"  # stands for the text while a template is rendered around it
 
 
@@ -49,6 +71,10 @@ def prompt_spans(tokenizer: Any, instruction: str, prompt_format: str) -> tuple[
             raise ValueError("prompt format 'chat' needs a tokenizer with a chat template; use 'plain'")
         content = f"{instruction}\n{SENTINEL}" if instruction else SENTINEL
         return split_around(tokenizer, content, system_turn=True)
+    if prompt_format == "gircse":
+        return (f"Instruct: {instruction}\nQuery:" if instruction else ""), ""
+    if prompt_format == "gritlm":
+        return (f"<|user|>\n{instruction}\n<|embed|>\n" if instruction else "<|embed|>\n"), ""
     raise ValueError(f"prompt format must be one of {PROMPT_FORMATS}, got {prompt_format!r}")
 
 
@@ -105,6 +131,8 @@ def encode_prompts(
     max_length: int = 512,
 ) -> list[EncodedPrompt]:
     """Tokenize texts with an instruction and format; truncate each text to fit ``max_length``."""
+    if prompt_format in WHOLE_STRING_FORMATS:
+        return _encode_whole(tokenizer, texts, instruction or "", prompt_format, max_length)
     prefix, suffix = _span_ids(tokenizer, instruction or "", prompt_format)
     room = max_length - len(prefix) - len(suffix)
     if room < 1:
@@ -121,3 +149,29 @@ def encode_prompts(
         start = len(prefix)
         encoded.append(EncodedPrompt([*prefix, *ids, *suffix], start, start + len(ids)))
     return encoded
+
+
+def _encode_whole(
+    tokenizer: Any, texts: list[str], instruction: str, prompt_format: str, max_length: int
+) -> list[EncodedPrompt]:
+    """Prompts tokenized as whole strings (``prefix + text``), as the format's authors do it."""
+    prefix, _ = prompt_spans(tokenizer, instruction, prompt_format)
+    special = WHOLE_STRING_FORMATS[prompt_format]
+    if not texts:
+        return []
+    call = {"add_special_tokens": special, "truncation": True, "max_length": max_length}
+    if special:  # GritLM: the instruction is the first len(tokenize(prefix)) tokens, special tokens included
+        encoded = tokenizer([prefix + text for text in texts], **call)
+        starts = [len(tokenizer(prefix, **call)["input_ids"])] * len(texts)
+    else:  # GIRCSE: the text starts at the first token that ends inside it
+        if not getattr(tokenizer, "is_fast", False):
+            raise ValueError(f"prompt format {prompt_format!r} needs a fast (tokenizers) tokenizer for its offsets")
+        encoded = tokenizer([prefix + text for text in texts], return_offsets_mapping=True, **call)
+        offsets = encoded["offset_mapping"]
+        starts = [next((i for i, (_, end) in enumerate(o) if end > len(prefix)), len(o)) for o in offsets]
+    out = []
+    for ids, start in zip(encoded["input_ids"], starts, strict=True):
+        ids = list(ids) or [tokenizer.eos_token_id]  # an empty prompt: one EOS token stands in
+        start = min(start, len(ids))
+        out.append(EncodedPrompt(ids, start, len(ids)))
+    return out

@@ -42,7 +42,7 @@ class EmbedSettings:
     adaptive: bool = False  # stop each text when cos(z_k, z_{k-1}) > stop_tol
     stop_tol: float = 0.999
     attention: str | None = None  # None: the method's (causal unless the method fixes it)
-    prompt_format: str | None = None  # chat or plain; None or "": the method's
+    prompt_format: str | None = None  # one of PROMPT_FORMATS (chat, plain, gircse, gritlm); None or "": the method's
     tau: float = 1.0  # soft-token softmax temperature
     max_length: int = 512  # tokens per prompt (instruction and template included); longer texts are cut
     batch_size: int = 32  # texts per forward pass (changes no embedding)

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from ..encoders.methods import METHODS, method_rules
+from ..encoders.prompts import PROMPT_FORMATS
 from ..encoders.settings import EmbedSettings
 
 __all__ = [
@@ -187,7 +188,7 @@ _CHOICES = {
     "model.dtype": ("float32", "bfloat16"),
     "embedding.method": METHODS,
     "embedding.attention": ("causal", "bidirectional"),
-    "embedding.prompt_format": (None, "chat", "plain"),
+    "embedding.prompt_format": (None, *PROMPT_FORMATS),
     "loss.reduction": ("mean", "sum"),
     "generative.aggregation": ("sample", "token", "mixed"),
     "train.schedule": ("cosine", "linear", "constant"),
