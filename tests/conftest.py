@@ -16,6 +16,9 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 # float32 references with tight tolerances, so they load float32 unless a test asks otherwise
 # (tests/backbone/test_loading.py checks the automatic choice itself). Subprocesses inherit it.
 os.environ["GENEMBED_DTYPE"] = "float32"
+# Tests never touch the network: huggingface_hub (and genembed's downloads, genembed.backbone.hub) stay
+# offline; a test of the download path turns it back on and replaces huggingface_hub's calls.
+os.environ["HF_HUB_OFFLINE"] = "1"
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -98,3 +101,31 @@ def load_script():
         return module
 
     return load
+
+
+@pytest.fixture
+def fake_hub(tmp_path, monkeypatch):
+    """A Hugging Face hub cache in a temporary folder (``HF_HUB_CACHE``), offline (``HF_HUB_OFFLINE=1``):
+    ``fake_hub(repo_id, folder, edit=None)`` copies ``folder`` in as the snapshot of ``repo_id``
+    (``models--org--name/{refs/main, snapshots/<rev>/}``, as ``hf download`` lays it out); ``edit(snapshot)``
+    may change the copy. Returns the snapshot folder."""
+    import hashlib
+    import shutil
+
+    cache = tmp_path / "hf-cache"
+    cache.mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+    def add(repo_id: str, folder: Path, edit=None) -> Path:
+        revision = hashlib.sha1(repo_id.encode()).hexdigest()
+        repo = cache / f"models--{repo_id.replace('/', '--')}"
+        snapshot = repo / "snapshots" / revision
+        shutil.copytree(folder, snapshot)
+        (repo / "refs").mkdir()
+        (repo / "refs" / "main").write_text(revision)
+        if edit is not None:
+            edit(snapshot)
+        return snapshot
+
+    return add

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .default_model import MissingModelError
 
-__all__ = ["downloads_allowed", "hub_cache_dir", "hub_snapshot", "looks_like_path"]
+__all__ = ["cached_snapshot", "downloads_allowed", "hub_cache_dir", "hub_snapshot", "looks_like_path"]
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ def hub_snapshot(repo_id: str, *, local_files_only: bool = False) -> Path:
     """
     if looks_like_path(repo_id):
         raise MissingModelError(f"Model path does not exist: {repo_id}")
-    cached = _cached_snapshot(repo_id)
+    cached = _snapshot_in_cache(repo_id)
     if cached is not None and _complete(cached):
         return cached
     cache = hub_cache_dir()
@@ -93,7 +93,13 @@ def hub_snapshot(repo_id: str, *, local_files_only: bool = False) -> Path:
     return _download(repo_id, cache, how)
 
 
-def _cached_snapshot(repo_id: str) -> Path | None:
+def cached_snapshot(repo_id: str) -> Path | None:
+    """The complete snapshot of hub model ``repo_id`` in the local HF cache, or None; never goes online."""
+    folder = _snapshot_in_cache(repo_id)
+    return folder if folder is not None and _complete(folder) else None
+
+
+def _snapshot_in_cache(repo_id: str) -> Path | None:
     from huggingface_hub import snapshot_download
 
     try:

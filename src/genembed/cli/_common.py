@@ -15,7 +15,13 @@ FIXED_ATTENTION_HELP = ", ".join(
 )
 
 ModelOpt = Annotated[
-    str | None, typer.Option("--model", "-m", help="HF folder, .gguf file or cached hub id (default: bundled SmolLM2)")
+    str | None,
+    typer.Option(
+        "--model",
+        "-m",
+        help="HF folder, .gguf file or hub id (downloaded unless HF_HUB_OFFLINE=1; `genembed models` lists the "
+        "published ones; default: bundled SmolLM2)",
+    ),
 ]
 AdapterOpt = Annotated[
     str | None,
@@ -78,6 +84,7 @@ def load_model(
     import genembed
     from genembed._files import DamagedFileError
     from genembed.backbone import MissingModelError
+    from genembed.backbone.memory import InsufficientMemoryError
     from genembed.generation.adapters import generator_choice
 
     try:
@@ -90,7 +97,7 @@ def load_model(
             center=center,
             generation_adapter=generator_choice(generator),
         )
-    except (MissingModelError, DamagedFileError, ValueError) as exc:
+    except (MissingModelError, DamagedFileError, InsufficientMemoryError, ImportError, ValueError) as exc:
         typer.secho(f"error: {exc}", fg="red", err=True)
         raise typer.Exit(2) from exc
 

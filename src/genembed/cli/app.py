@@ -15,6 +15,7 @@ from . import (
     index_store_cmd,
     inspect_cmd,
     mine_cmd,
+    models_cmd,
     serve_cmd,
     train_cmd,
 )
@@ -26,6 +27,7 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 app.command("demo")(demo.demo)
+app.command("models")(models_cmd.models)
 app.command("inspect")(inspect_cmd.inspect)
 app.command("encode")(encode_cmd.encode)
 app.command("chat")(chat_cmd.chat)
