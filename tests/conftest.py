@@ -129,3 +129,29 @@ def fake_hub(tmp_path, monkeypatch):
         return snapshot
 
     return add
+
+
+def rebase_adapter(base_id: str):
+    """An ``edit`` for :func:`fake_hub`: the copied adapter names its base ``base_id``, as a published one does."""
+    import json
+
+    def edit(snapshot: Path) -> None:
+        config = json.loads((snapshot / "adapter_config.json").read_text())
+        config["base_model_name_or_path"] = base_id
+        (snapshot / "adapter_config.json").write_text(json.dumps(config))
+
+    return edit
+
+
+@pytest.fixture
+def published_gircse(fake_hub) -> Path:
+    """``Roytsai27/GIRCSE-Mistral7B`` in the fake hub cache: the tiny Mistral LoRA adapter of the GIRCSE
+    reference (golden.json), on ``mistralai/Mistral-7B-v0.1`` = the tiny Mistral. Returns the reference folder."""
+    reference = SHARED / "reference" / "gircse"
+    if not (reference / "golden.json").is_file():
+        pytest.skip(f"the GIRCSE reference is not at {reference}")
+    fake_hub("mistralai/Mistral-7B-v0.1", reference / "tiny-mistral")
+    fake_hub(
+        "Roytsai27/GIRCSE-Mistral7B", reference / "tiny-mistral-lora", edit=rebase_adapter("mistralai/Mistral-7B-v0.1")
+    )
+    return reference

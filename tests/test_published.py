@@ -10,7 +10,7 @@ import pytest
 
 import genembed
 from genembed.published import PUBLISHED, instruction_set, published_model
-from tests.conftest import SHARED
+from tests.conftest import SHARED, rebase_adapter
 
 REFERENCE = SHARED / "reference" / "gircse"
 
@@ -20,27 +20,6 @@ def _golden():
     if not path.is_file():
         pytest.skip(f"the GIRCSE reference is not at {REFERENCE}")
     return json.loads(path.read_text(encoding="utf-8"))
-
-
-def _rebase(base_id):
-    """Make the copied adapter name its base by hub id, as a published adapter does."""
-
-    def edit(snapshot):
-        config = json.loads((snapshot / "adapter_config.json").read_text())
-        config["base_model_name_or_path"] = base_id
-        (snapshot / "adapter_config.json").write_text(json.dumps(config))
-
-    return edit
-
-
-@pytest.fixture
-def fake_gircse(fake_hub):
-    """Roytsai27/GIRCSE-Mistral7B = the tiny Mistral LoRA adapter, on mistralai/Mistral-7B-v0.1 = tiny Mistral."""
-    _golden()
-    fake_hub("mistralai/Mistral-7B-v0.1", REFERENCE / "tiny-mistral")
-    return fake_hub(
-        "Roytsai27/GIRCSE-Mistral7B", REFERENCE / "tiny-mistral-lora", edit=_rebase("mistralai/Mistral-7B-v0.1")
-    )
 
 
 def test_the_table_holds_the_four_checkpoints_with_their_authors_settings():
@@ -90,7 +69,7 @@ def test_the_authors_instructions_by_task_and_side():
         grit.for_task("SciFact", "passage")
 
 
-def test_a_published_adapter_loads_on_the_base_its_config_names_with_the_authors_settings(fake_gircse):
+def test_a_published_adapter_loads_on_the_base_its_config_names_with_the_authors_settings(published_gircse):
     model = genembed.load("Roytsai27/GIRCSE-Mistral7B")
     assert model.backbone.name == "mistralai/Mistral-7B-v0.1" and model.adapter == "Roytsai27/GIRCSE-Mistral7B"
     assert (model.method, model.steps, model.tau, model.prompt_format, model.center) == (
@@ -107,7 +86,7 @@ def test_a_published_adapter_loads_on_the_base_its_config_names_with_the_authors
 
 
 @pytest.mark.parametrize("key", ["none", "retrieve"])
-def test_a_published_adapter_reproduces_the_official_gircse_embeddings(fake_gircse, key):
+def test_a_published_adapter_reproduces_the_official_gircse_embeddings(published_gircse, key):
     """The golden adapter cases (official GIRCSE code) through genembed.load(PUBLISHED_ID) alone."""
     golden = _golden()
     case = next(
@@ -124,13 +103,17 @@ def test_a_published_adapter_reproduces_the_official_gircse_embeddings(fake_girc
 def test_an_adapter_naming_a_path_of_the_authors_machine_falls_back_to_the_tables_base(fake_hub):
     _golden()
     fake_hub("mistralai/Mistral-7B-v0.1", REFERENCE / "tiny-mistral")
-    fake_hub("Roytsai27/GIRCSE-Mistral7B", REFERENCE / "tiny-mistral-lora", edit=_rebase("/home/authors/Mistral-7B"))
+    fake_hub(
+        "Roytsai27/GIRCSE-Mistral7B", REFERENCE / "tiny-mistral-lora", edit=rebase_adapter("/home/authors/Mistral-7B")
+    )
     assert genembed.load("Roytsai27/GIRCSE-Mistral7B").backbone.name == "mistralai/Mistral-7B-v0.1"
 
 
 def test_a_published_adapter_whose_base_is_missing_offline_names_the_base(fake_hub):
     _golden()
-    fake_hub("Roytsai27/GIRCSE-Mistral7B", REFERENCE / "tiny-mistral-lora", edit=_rebase("mistralai/Mistral-7B-v0.1"))
+    fake_hub(
+        "Roytsai27/GIRCSE-Mistral7B", REFERENCE / "tiny-mistral-lora", edit=rebase_adapter("mistralai/Mistral-7B-v0.1")
+    )
     with pytest.raises(genembed.MissingModelError, match="hf download mistralai/Mistral-7B-v0.1"):
         genembed.load("Roytsai27/GIRCSE-Mistral7B")
 
@@ -154,7 +137,7 @@ def test_a_published_full_model_loads_with_grit_settings(fake_hub, tiny_folder):
 def test_an_unknown_adapter_repo_loads_on_its_base_with_plain_settings(fake_hub):
     _golden()
     fake_hub("mistralai/Mistral-7B-v0.1", REFERENCE / "tiny-mistral")
-    fake_hub("someone/my-lora", REFERENCE / "tiny-mistral-lora", edit=_rebase("mistralai/Mistral-7B-v0.1"))
+    fake_hub("someone/my-lora", REFERENCE / "tiny-mistral-lora", edit=rebase_adapter("mistralai/Mistral-7B-v0.1"))
     model = genembed.load("someone/my-lora")
     assert model.adapter == "someone/my-lora" and model.backbone.name == "mistralai/Mistral-7B-v0.1"
     assert model.steps == 5 and model.prompt_format is None  # genembed's defaults, not a published entry's

@@ -22,7 +22,7 @@ from typing import Any
 
 from .backbone.memory import BYTES_PER_PARAM
 
-__all__ = ["PUBLISHED", "InstructionSet", "PublishedModel", "instruction_set", "published_model"]
+__all__ = ["PUBLISHED", "InstructionSet", "PublishedModel", "instruction_set", "published_for", "published_model"]
 
 
 @dataclass(frozen=True)
@@ -213,6 +213,12 @@ PUBLISHED: dict[str, PublishedModel] = {
         _gritlm("GritLM/GritLM-8x7B", "mixtral", _MIXTRAL_8X7B, "MTEB 65.7 (gritlm README)"),
     )
 }
+
+
+def published_for(model: Any) -> PublishedModel | None:
+    """The table entry a loaded model runs: its adapter's (a GIRCSE checkpoint) or its backbone's (GritLM);
+    None for other models, and for a published adapter's base loaded without the adapter."""
+    return published_model(getattr(model, "adapter", None)) or published_model(model.backbone.name)
 
 
 def published_model(name: Any) -> PublishedModel | None:
