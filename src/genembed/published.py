@@ -103,7 +103,8 @@ class PublishedModel:
     max_length: int  # tokens per text in the authors' evaluation
     code: str  # the authors' repository the settings come from
     paper: str
-    reported: str  # what the authors report (not run here)
+    benchmark: str  # the mteb benchmark the authors evaluate on (mteb.get_benchmark name)
+    reported: str  # what the authors report on it (not run here)
 
     @property
     def is_adapter(self) -> bool:
@@ -171,6 +172,7 @@ def _gircse(model_id: str, base: str, architecture: str, params: int, reported: 
         max_length=512,
         code=_GIRCSE_CODE,
         paper=_GIRCSE_PAPER,
+        benchmark="MTEB(eng, v2)",  # embedding/mteb_eval.py
         reported=reported,
     )
 
@@ -198,6 +200,7 @@ def _gritlm(model_id: str, architecture: str, params: int, reported: str) -> Pub
         max_length=512,
         code=_GRIT_CODE,
         paper=_GRIT_PAPER,
+        benchmark="MTEB(eng, v1)",  # evaluation/eval_mteb.py: the 56 English tasks of mteb 1.x
         reported=reported,
     )
 

@@ -173,3 +173,36 @@ def test_a_published_gritlm_checkpoint_uses_its_query_and_document_instructions_
     assert abs(np.linalg.norm(got) - 1.0) > 1e-3  # GritLM's MTEB run does not L2-normalise
     # a task the authors' table lacks falls back to the task's own prompt
     assert model.instruction_for(LocalSTS.metadata, None) == LocalSTS.abstask_prompt
+
+
+def test_each_published_model_has_its_authors_instruction_for_every_task_of_its_benchmark():
+    from genembed.published import PUBLISHED
+
+    for entry in PUBLISHED.values():
+        names = [task.metadata.name for task in mteb.get_benchmark(entry.benchmark).tasks]
+        assert names and [n for n in names if entry.instruction_set().entry(n) is None] == [], entry.id
+
+
+def test_the_mteb_command_runs_a_published_model_on_its_authors_benchmark(fake_hub, tiny_folder, monkeypatch):
+    """`genembed mteb --model GritLM/GritLM-7B` (tiny weights under the published id): the benchmark its
+    authors report, its own instructions; mteb.evaluate is replaced (its datasets need the network)."""
+    from typer.testing import CliRunner
+
+    from genembed.cli.app import app
+
+    fake_hub("GritLM/GritLM-7B", tiny_folder)
+    seen, real = {}, mteb.evaluate
+
+    def evaluate(model, tasks, **kwargs):
+        seen["instruction"] = model.instruction_for(SciFact.metadata, PromptType.query)
+        seen["tasks"] = [task.metadata.name for task in tasks]
+        return real(model, [LocalSTS()], cache=None, show_progress_bar=False)
+
+    monkeypatch.setattr(mteb, "evaluate", evaluate)
+    result = CliRunner().invoke(app, ["mteb", "--model", "GritLM/GritLM-7B", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert len(seen["tasks"]) == 56 and "ArguAna" in seen["tasks"]  # MTEB(eng, v1)
+    assert seen["instruction"].startswith("Given a scientific claim")
+    assert "GritLM/GritLM-7B's own instructions" in result.output and "GenembedLocalSTS" in result.output
+    bad = CliRunner().invoke(app, ["mteb", "--model", "GritLM/GritLM-7B", "--tasks", "A", "--benchmark", "B"])
+    assert bad.exit_code == 2 and "give --tasks or --benchmark" in bad.output

@@ -16,6 +16,7 @@ from . import (
     inspect_cmd,
     mine_cmd,
     models_cmd,
+    mteb_cmd,
     serve_cmd,
     train_cmd,
 )
@@ -33,6 +34,7 @@ app.command("encode")(encode_cmd.encode)
 app.command("chat")(chat_cmd.chat)
 app.command("serve")(serve_cmd.serve)
 app.command("eval")(eval_cmd.eval_tasks)
+app.command("mteb")(mteb_cmd.mteb_eval)
 index_cmd.index_app.command("import")(index_store_cmd.import_encoded)
 index_cmd.index_app.command("delete")(index_store_cmd.delete)
 app.add_typer(index_cmd.index_app, name="index")
