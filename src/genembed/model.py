@@ -158,6 +158,7 @@ class GenerativeEmbedder:
         method: str | None = None,
         attention: str | None = None,
         prompt_format: str | None = None,
+        tau: float | None = None,
         batch_size: int = 32,
         normalize: bool | None = None,
         normalize_embeddings: bool | None = None,
@@ -192,6 +193,7 @@ class GenerativeEmbedder:
             prompt_format: ``"chat"``, ``"plain"``, ``"gircse"`` (the official GIRCSE code's) or
                 ``"gritlm"`` (GritLM's); None: the model's, else the method's own (chat for GIRCSE, plain
                 otherwise); see :mod:`genembed.encoders.prompts`.
+            tau: GIRCSE soft-token softmax temperature (None: ``model.tau``, 1.0 unless loaded otherwise).
             batch_size: texts per forward pass (texts are sorted by length first).
             normalize: L2-normalize the embeddings (default True).
             normalize_embeddings: sentence-transformers' name for ``normalize``.
@@ -244,7 +246,7 @@ class GenerativeEmbedder:
             stop_tol=stop_tol,
             attention=attention,
             prompt_format=prompt_format,
-            tau=self.tau,
+            tau=self.tau if tau is None else tau,
             max_length=max_length,
             batch_size=batch_size,
         )
@@ -356,7 +358,8 @@ class GenerativeEmbedder:
         stream: bool = False,
         seed: int | None = None,
     ) -> str | Iterator[str]:
-        """Chat with the same weights that embed: the backbone's chat template, causal attention.
+        """Chat with the same weights that embed: the backbone's chat template (GritLM's format when the
+        model's ``prompt_format`` is ``"gritlm"``), causal attention.
 
         Args:
             messages_or_prompt: a user prompt, or a conversation ``[{"role": "user", "content": ...}, ...]``.
@@ -384,6 +387,7 @@ class GenerativeEmbedder:
             stop=stop,
             seed=seed,
             use_adapter=self.generation_adapter,
+            prompt_format=self.prompt_format,
         )
         return pieces if stream else "".join(pieces)
 

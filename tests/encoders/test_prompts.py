@@ -101,3 +101,13 @@ def test_whole_string_formats_cut_the_string_at_max_length(tiny):
     for fmt in ("gircse", "gritlm"):
         (p,) = encode_prompts(tiny.tokenizer, ["word " * 100], instruction="Keep me.", prompt_format=fmt, max_length=20)
         assert len(p.ids) == 20 and p.text_end == 20
+
+
+def test_gritlm_conversation_is_gritlm_chat_format():
+    from genembed.encoders.prompts import gritlm_conversation
+
+    assert gritlm_conversation([{"role": "user", "content": "Hi?"}], "</s>") == "<|user|>\nHi?\n<|assistant|>\n"
+    turns = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]
+    assert gritlm_conversation(turns, "</s>") == "<|user|>\na\n<|assistant|>\nb</s>\n<|user|>\nc\n<|assistant|>\n"
+    with pytest.raises(ValueError, match="no 'tool' turn"):
+        gritlm_conversation([{"role": "tool", "content": "x"}], "</s>")

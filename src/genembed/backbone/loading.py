@@ -107,7 +107,7 @@ def load_backbone(
         InsufficientMemoryError: a CPU load whose weights will not fit in the available memory.
         ValueError / ImportError: a bad quantization, or bitsandbytes missing or without a GPU.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     from .hub import hub_snapshot
     from .memory import (
@@ -117,6 +117,7 @@ def load_backbone(
         count_parameters,
         quantization_config,
     )
+    from .tokenizer import load_tokenizer
 
     requested, device = device, resolve_device(device)
     torch_dtype = resolve_dtype(dtype, device)
@@ -147,7 +148,7 @@ def load_backbone(
         elif device == "cpu":
             check_fits_in_memory(folder, weight_dtype, name)
     t0 = time.perf_counter()
-    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    tokenizer = load_tokenizer(folder)
     lm = AutoModelForCausalLM.from_pretrained(str(folder), **kwargs)
     if "device_map" not in kwargs:  # accelerate placed (and bitsandbytes quantized) the others already
         lm.to(device)

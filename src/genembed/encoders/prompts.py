@@ -42,6 +42,7 @@ __all__ = [
     "WHOLE_STRING_FORMATS",
     "EncodedPrompt",
     "encode_prompts",
+    "gritlm_conversation",
     "prompt_spans",
     "split_around",
     "split_ids",
@@ -50,6 +51,8 @@ __all__ = [
 PROMPT_FORMATS = ("plain", "chat", "gircse", "gritlm")
 # formats tokenized as one string, the way their authors' code does (special tokens added or not)
 WHOLE_STRING_FORMATS = {"gircse": False, "gritlm": True}
+# GritLM's chat turns (its tokenizer's Zephyr-style template); assistant turns end with EOS
+_GRITLM_TURNS = {"system": "<|system|>\n", "user": "<|user|>\n", "assistant": "<|assistant|>\n"}
 SENTINEL = "\u2063GENEMBED_TEXT\u2063"  # stands for the text while a template is rendered around it
 
 
@@ -78,8 +81,32 @@ def prompt_spans(tokenizer: Any, instruction: str, prompt_format: str) -> tuple[
     raise ValueError(f"prompt format must be one of {PROMPT_FORMATS}, got {prompt_format!r}")
 
 
+def gritlm_conversation(messages: list[dict], eos_token: str | None) -> str:
+    """A conversation in GritLM's generation format, ending with the assistant's generation prompt.
+
+    One user turn gives ``"<|user|>\\n{prompt}\\n<|assistant|>\\n"``; assistant turns end with
+    ``eos_token``. Tokenize it with the tokenizer's special tokens (GritLM's BOS), as GritLM does.
+
+    Raises:
+        ValueError: a role GritLM has no turn for (such as ``"tool"``).
+    """
+    parts = []
+    for i, message in enumerate(messages):
+        role = message["role"]
+        if role not in _GRITLM_TURNS:
+            raise ValueError(f"messages[{i}]: GritLM's format has no {role!r} turn (only {tuple(_GRITLM_TURNS)})")
+        end = (eos_token or "") if role == "assistant" else ""
+        parts.append(f"{_GRITLM_TURNS[role]}{message['content']}{end}\n")
+    return "".join(parts) + _GRITLM_TURNS["assistant"]
+
+
 def split_around(
-    tokenizer: Any, content: str, *, system_turn: bool = False, plain_end: str | None = None
+    tokenizer: Any,
+    content: str,
+    *,
+    system_turn: bool = False,
+    plain_end: str | None = None,
+    prompt_format: str | None = None,
 ) -> tuple[str, str]:
     """The prompt text before and after :data:`SENTINEL`, which ``content`` holds once, when ``content`` is
     the user turn of the tokenizer's chat template followed by the assistant's generation prompt.
@@ -90,8 +117,12 @@ def split_around(
         system_turn: open with an empty system turn, which keeps templates from inserting a long default
             system prompt (templates without a system role get none).
         plain_end: without a chat template the prompt is ``content + plain_end``; None: a ValueError.
+        prompt_format: ``"gritlm"`` renders GritLM's turn (:func:`gritlm_conversation`) instead of the
+            tokenizer's template (tokenize the part before the text with special tokens, as GritLM does).
     """
-    if getattr(tokenizer, "chat_template", None):
+    if prompt_format == "gritlm":
+        rendered = gritlm_conversation([{"role": "user", "content": content}], tokenizer.eos_token)
+    elif getattr(tokenizer, "chat_template", None):
         user = [{"role": "user", "content": content}]
         rendered = None
         if system_turn:
@@ -110,10 +141,11 @@ def split_around(
     return before, after
 
 
-def split_ids(tokenizer: Any, before: str, after: str) -> tuple[list[int], list[int]]:
-    """Token ids of the two parts of a prompt around its text (each tokenized alone, no special tokens)."""
-    ids = tokenizer([before, after], add_special_tokens=False)["input_ids"]
-    return list(ids[0]), list(ids[1])
+def split_ids(tokenizer: Any, before: str, after: str, *, special: bool = False) -> tuple[list[int], list[int]]:
+    """Token ids of the two parts of a prompt around its text (each tokenized alone, no special tokens;
+    ``special``: the first part with the tokenizer's special tokens, e.g. a BOS, as GritLM tokenizes)."""
+    first = tokenizer(before, add_special_tokens=special)["input_ids"]
+    return list(first), list(tokenizer(after, add_special_tokens=False)["input_ids"])
 
 
 @lru_cache(maxsize=256)

@@ -48,14 +48,21 @@ def validate_messages(messages_or_prompt: Messages) -> list[dict]:
     return messages
 
 
-def chat_prompt_ids(tokenizer: Any, messages_or_prompt: Messages) -> list[int]:
+def chat_prompt_ids(tokenizer: Any, messages_or_prompt: Messages, prompt_format: str | None = None) -> list[int]:
     """Token ids of the conversation rendered by the tokenizer's chat template, ending with the
     assistant's generation prompt. Templates may insert their default system prompt (SmolLM2 does
     when the conversation has no system turn): that is the setting the model was tuned in.
 
-    A tokenizer without a chat template takes a plain prompt string as it is.
+    A tokenizer without a chat template takes a plain prompt string as it is. With
+    ``prompt_format="gritlm"`` the conversation is in GritLM's format instead
+    (``<|user|>\\n{prompt}\\n<|assistant|>\\n``, :func:`~genembed.encoders.prompts.gritlm_conversation`),
+    tokenized with the tokenizer's special tokens as GritLM does.
     """
     messages = validate_messages(messages_or_prompt)
+    if prompt_format == "gritlm":
+        from ..encoders.prompts import gritlm_conversation
+
+        return tokenizer(gritlm_conversation(messages, tokenizer.eos_token))["input_ids"]
     if not getattr(tokenizer, "chat_template", None):
         if isinstance(messages_or_prompt, str):
             return tokenizer(messages_or_prompt, add_special_tokens=False)["input_ids"]
@@ -82,6 +89,7 @@ def generate_pieces(
     stop: str | Sequence[str] | None = None,
     seed: int | None = None,
     use_adapter: bool | str = True,
+    prompt_format: str | None = None,
 ) -> Iterator[str]:
     """Text pieces of the assistant's reply, produced lazily.
 
@@ -95,6 +103,8 @@ def generate_pieces(
         seed: seeds sampling (``temperature > 0``) for reproducible replies.
         use_adapter: run with the peft adapter (if any) enabled, or with the named one (a generation
             adapter); see :mod:`genembed.generation.adapters`.
+        prompt_format: the embedding prompt format of the model; ``"gritlm"`` chats in GritLM's format
+            (:func:`chat_prompt_ids`), any other in the tokenizer's chat template.
 
     Raises:
         ValueError / TypeError: bad messages or settings, or a prompt longer than the model's context
@@ -111,7 +121,7 @@ def generate_pieces(
     if temperature < 0 or not 0.0 < top_p <= 1.0:
         raise ValueError(f"need temperature >= 0 and top_p in (0, 1], got {temperature} and {top_p}")
     model, tokenizer = backbone.model, backbone.tokenizer
-    ids = chat_prompt_ids(tokenizer, messages_or_prompt)
+    ids = chat_prompt_ids(tokenizer, messages_or_prompt, prompt_format)
     limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     if limit is not None and len(ids) >= limit:
         raise ValueError(f"the prompt has {len(ids)} tokens; the model's context holds {limit}")

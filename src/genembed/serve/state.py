@@ -91,7 +91,7 @@ class ServingState:
         from ..generation.chat import chat_prompt_ids
 
         try:
-            return len(chat_prompt_ids(self.tokenizer, messages))
+            return len(chat_prompt_ids(self.tokenizer, messages, self.model.prompt_format))
         except (TypeError, ValueError) as exc:
             raise APIError(422, f"cannot format the conversation: {exc}", param="messages") from exc
 
