@@ -141,3 +141,12 @@ def test_an_unknown_adapter_repo_loads_on_its_base_with_plain_settings(fake_hub)
     model = genembed.load("someone/my-lora")
     assert model.adapter == "someone/my-lora" and model.backbone.name == "mistralai/Mistral-7B-v0.1"
     assert model.steps == 5 and model.prompt_format is None  # genembed's defaults, not a published entry's
+
+
+def test_inspect_uses_a_published_gircse_models_own_prompt_format(published_gircse):
+    model = genembed.load("Roytsai27/GIRCSE-Mistral7B")
+
+    def tokens(**kwargs):
+        return [step.tokens for step in model.inspect("a cat", instruction="Find it.", steps=2, top=3, **kwargs)]
+
+    assert tokens() == tokens(prompt_format="gircse") != tokens(prompt_format="chat")

@@ -344,6 +344,8 @@ class GenerativeEmbedder:
         prompt_format: str | None = None,
     ) -> list[SoftTokenStep]:
         """Per GIRCSE step, the ``top`` most probable vocabulary tokens of the soft token ``p_k``."""
+        if prompt_format is None and self.method == SOFT_TOKEN_METHOD:  # the model's own (a published GIRCSE's)
+            prompt_format = self.prompt_format
         options = EmbedSettings.build(method=SOFT_TOKEN_METHOD, steps=steps, prompt_format=prompt_format, tau=self.tau)
         return inspect_soft_tokens(self.backbone, text, options, instruction=instruction or "", top=top)
 
