@@ -150,3 +150,15 @@ def test_inspect_uses_a_published_gircse_models_own_prompt_format(published_girc
         return [step.tokens for step in model.inspect("a cat", instruction="Find it.", steps=2, top=3, **kwargs)]
 
     assert tokens() == tokens(prompt_format="gircse") != tokens(prompt_format="chat")
+
+
+def test_an_adapter_can_be_a_hub_id_too(fake_hub):
+    _golden()
+    fake_hub("mistralai/Mistral-7B-v0.1", REFERENCE / "tiny-mistral")
+    fake_hub("someone/my-lora", REFERENCE / "tiny-mistral-lora")
+    model = genembed.load("mistralai/Mistral-7B-v0.1", adapter="someone/my-lora")
+    assert model.adapter == "someone/my-lora" and hasattr(model.backbone.model, "peft_config")
+    with pytest.raises(genembed.MissingModelError, match="hf download someone/other-lora"):
+        genembed.load("mistralai/Mistral-7B-v0.1", adapter="someone/other-lora")
+    with pytest.raises(genembed.MissingModelError, match="adapter_config.json"):  # a missing folder stays a path
+        genembed.load("mistralai/Mistral-7B-v0.1", adapter="./runs/missing-lora")

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .backbone.default_model import MissingModelError
-from .backbone.hub import hub_snapshot, looks_like_path
+from .backbone.hub import looks_like_path
 from .backbone.loading import load_backbone
 from .model import GenerativeEmbedder
 from .published import PublishedModel
@@ -79,7 +79,7 @@ def load_hub_checkpoint(
             :func:`~genembed.backbone.loading.load_backbone`.
     """
     from .adapter_info import read_trained_for
-    from .loading import _adapter_path, _choose_generator, attach_adapter
+    from .loading import _adapter_name, _adapter_path, _choose_generator, attach_adapter
 
     own_adapter = is_adapter_folder(folder)
     base = adapter_base(folder, entry.base if entry else None) if own_adapter else repo
@@ -90,8 +90,8 @@ def load_hub_checkpoint(
     if adapter is None and own_adapter:
         adapter_path, adapter_name = folder, repo
     elif adapter not in (None, False):
-        adapter_path = _adapter_folder(adapter, backbone_options.get("local_files_only", False), _adapter_path)
-        adapter_name = str(adapter) if not Path(os.path.expanduser(str(adapter))).exists() else adapter_path.name
+        adapter_path = _adapter_path(adapter, backbone_options.get("local_files_only", False))
+        adapter_name = _adapter_name(adapter, adapter_path)
     if adapter_path is not None:
         attach_adapter(backbone, adapter_path)
     settings: dict[str, Any] = {}
@@ -110,11 +110,3 @@ def load_hub_checkpoint(
     model.generation_adapter = bool(model.trained_for and model.trained_for.generation)
     _choose_generator(model, generation_adapter)
     return model
-
-
-def _adapter_folder(adapter: Any, local_files_only: bool, local: Any) -> Path:
-    """An ``adapter`` argument as a folder: a local folder or shipped name (``local``), else a hub id."""
-    path = local(adapter)
-    if path.exists() or not isinstance(adapter, str) or looks_like_path(adapter):
-        return path
-    return hub_snapshot(adapter, local_files_only=local_files_only)

@@ -49,15 +49,27 @@ def shipped_adapter(name: str) -> Path | None:
     return folder if folder is not None and (folder / "adapter_config.json").is_file() else None
 
 
-def _adapter_path(adapter: str | os.PathLike) -> Path:
-    """An adapter argument as a folder: a local folder wins over a shipped adapter of the same name."""
+def _adapter_path(adapter: str | os.PathLike, local_files_only: bool = False) -> Path:
+    """An adapter argument as a folder: a local folder wins over a shipped adapter of the same name, which
+    wins over a hub id (its snapshot in the HF cache, downloaded when missing and allowed)."""
     path = Path(os.path.expanduser(str(adapter)))
-    if not path.exists() and isinstance(adapter, str) and adapter in SHIPPED_ADAPTERS:
+    if path.exists() or not isinstance(adapter, str):
+        return path
+    if adapter in SHIPPED_ADAPTERS:
         folder = shipped_adapter(adapter)
         if folder is None:
             raise MissingModelError(f"this install does not ship the {adapter!r} adapter ({SHIPPED_ADAPTERS[adapter]})")
         return folder
-    return path
+    from .backbone.hub import looks_like_path
+
+    return path if looks_like_path(adapter) else hub_snapshot(adapter, local_files_only=local_files_only)
+
+
+def _adapter_name(adapter: str | os.PathLike, folder: Path) -> str:
+    """What a model calls its adapter: the hub id for one from the hub, else the folder's name."""
+    from .backbone.hub import hub_cache_dir
+
+    return str(adapter) if hub_cache_dir().resolve() in folder.resolve().parents else folder.name
 
 
 def load(
@@ -149,14 +161,14 @@ def load(
         adapter = default_adapter()
     adapter_path, trained_for, shipped = None, None, False
     if adapter not in (None, False):
-        adapter_path = _adapter_path(adapter)
+        adapter_path = _adapter_path(adapter, local_files_only)
         attach_adapter(backbone, adapter_path)
         trained_for = read_trained_for(adapter_path)
         shipped = adapter_path.resolve() in {folder.resolve() for folder in SHIPPED_ADAPTERS.values()}
     model = GenerativeEmbedder(
         backbone,
         tau=1.0 if tau is None else tau,
-        adapter=adapter_path.name if adapter_path else None,
+        adapter=_adapter_name(adapter, adapter_path) if adapter_path else None,
         center=shipped if center is None else center,
     )
     model.adapter_path = str(adapter_path.resolve()) if adapter_path else None
@@ -243,9 +255,9 @@ def _load_saved(
         adapter_path = folder
         adapter_name = settings.get("adapter") or folder.name
     elif adapter not in (None, False):
-        adapter_path = _adapter_path(adapter)
+        adapter_path = _adapter_path(adapter, options["local_files_only"])
         attach_adapter(backbone, adapter_path)
-        adapter_name = adapter_path.name
+        adapter_name = _adapter_name(adapter, adapter_path)
     trained_for = read_trained_for(adapter_path) if adapter_path else None
     if adapter_path == folder:  # the saved model's own adapter: as it was saved
         joint = settings.get("generation_adapter") is True
