@@ -96,11 +96,12 @@ def load(
             (loaded on the base model its ``adapter_config.json`` names), a saved model or a plain HF
             model. A hub id comes from the local HF cache, downloaded into it when missing (progress
             bar, resumable) unless ``local_files_only`` or ``HF_HUB_OFFLINE=1``.
-        adapter: a LoRA adapter folder (as written by ``genembed train``), or the name of an adapter
+        adapter: a LoRA adapter folder (as written by ``genembed train``), the name of an adapter
             shipped for the bundled backbone (:data:`SHIPPED_ADAPTERS`: ``"gircse"``, ``"joint"``; a
-            local folder of that name wins). None: the shipped GIRCSE adapter when ``model`` is the
-            bundled default, a saved model's own adapter, none for any other model. False: none (the
-            raw backbone). An adapter trained with a next-token loss too (see
+            local folder of that name wins), or a hub id of an adapter (downloaded like a model).
+            None: the shipped GIRCSE adapter when ``model`` is the bundled default, a saved model's own
+            adapter, a published or adapter repo's own adapter, none for any other model. False: none
+            (the raw backbone). An adapter trained with a next-token loss too (see
             :func:`trained_for_generation`; the shipped ``"joint"``) is used for generation as well
             (``model.generation_adapter = True``); an embedding-only adapter, like the shipped default,
             only for embedding. What the adapter was trained for is read from its saved training config

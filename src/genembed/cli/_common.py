@@ -28,7 +28,8 @@ AdapterOpt = Annotated[
     typer.Option(
         "--adapter",
         "-a",
-        help="LoRA adapter folder or shipped adapter name (gircse, joint); 'none': the raw backbone (default: gircse)",
+        help="LoRA adapter folder, shipped adapter name (gircse, joint) or hub id; 'none': the raw backbone "
+        "(default: gircse for the bundled model, a published model's own adapter)",
     ),
 ]
 GeneratorOpt = Annotated[
