@@ -137,3 +137,27 @@ def test_download_errors_become_missing_model_errors(monkeypatch, tmp_path):
     monkeypatch.setattr(huggingface_hub.HfApi, "model_info", gated)
     with pytest.raises(MissingModelError, match="is gated: accept its terms at https://huggingface.co/org/model"):
         hub_snapshot("org/model")
+
+
+def test_the_bundled_default_never_asks_the_hub(tiny_folder, monkeypatch):
+    """``genembed.load()`` goes straight to the bundled GGUF (here the tiny folder stands in for it): not
+    even a cache lookup goes through huggingface_hub."""
+    import huggingface_hub
+
+    import genembed.loading as loading
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"the hub was asked: {args} {kwargs}")
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # even with downloads allowed
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", refuse)
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", refuse)
+    real = loading.load_backbone
+    seen = []
+
+    def bundled(model, **kwargs):
+        seen.append(model)
+        return real(tiny_folder, **kwargs)
+
+    monkeypatch.setattr(loading, "load_backbone", bundled)
+    assert genembed.load(adapter=False).adapter is None and seen == [None]
