@@ -148,7 +148,7 @@ def load(
         entry = published_model(str(model))
         if entry is not None or is_adapter_folder(hub):
             return load_hub_checkpoint(
-                entry.id if entry else str(model),
+                str(model),  # as spelled: the HF cache folder follows the spelling
                 hub,
                 entry,
                 adapter=adapter,
