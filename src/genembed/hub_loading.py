@@ -94,13 +94,14 @@ def load_hub_checkpoint(
         adapter_name = _adapter_name(adapter, adapter_path)
     if adapter_path is not None:
         attach_adapter(backbone, adapter_path)
-    settings: dict[str, Any] = {}
+    settings: dict[str, Any] = {}  # genembed's defaults, unless the table says otherwise
     if entry is not None:
         settings = {"method": entry.method, "attention": entry.attention, "prompt_format": entry.prompt_format}
-        settings |= {"steps": entry.steps or 5, "prompts": entry.prompts()}
+        settings |= {"prompts": entry.prompts(), "tau": entry.tau} | ({"steps": entry.steps} if entry.steps else {})
+    if tau is not None:
+        settings["tau"] = tau
     model = GenerativeEmbedder(
         backbone,
-        tau=(entry.tau if entry else 1.0) if tau is None else tau,
         adapter=adapter_name,
         center=bool(center),  # centering is genembed's idea, not the authors': off unless asked
         **settings,
