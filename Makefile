@@ -30,18 +30,18 @@ run: $(STAMP)
 	$(VENV)/bin/genembed demo
 
 test: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks experiments
-	$(VENV)/bin/ruff format --check src tests benchmarks experiments
+	$(VENV)/bin/ruff check src tests benchmarks experiments scripts
+	$(VENV)/bin/ruff format --check src tests benchmarks experiments scripts
 	$(PY) -m pytest -q
 
 # while iterating: lint and the unit tests only (no real model, no servers or subprocesses)
 test-fast: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks experiments
+	$(VENV)/bin/ruff check src tests benchmarks experiments scripts
 	$(PY) -m pytest -q -m "not slow and not integration"
 
 format: $(STAMP)
-	$(VENV)/bin/ruff format src tests benchmarks experiments
-	$(VENV)/bin/ruff check --fix src tests benchmarks experiments
+	$(VENV)/bin/ruff format src tests benchmarks experiments scripts
+	$(VENV)/bin/ruff check --fix src tests benchmarks experiments scripts
 
 # Reproduce the shipped adapter (src/genembed/adapters/smollm2-135m-gircse): 300 steps of ICR at K=5,
 # then 150 more at K=10 (about 2 h 15 min of CPU step time; both stages resume after an interruption).

@@ -16,6 +16,9 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 # float32 references with tight tolerances, so they load float32 unless a test asks otherwise
 # (tests/backbone/test_loading.py checks the automatic choice itself). Subprocesses inherit it.
 os.environ["GENEMBED_DTYPE"] = "float32"
+# Tests never touch the network: huggingface_hub (and genembed's downloads, genembed.backbone.hub) stay
+# offline; a test of the download path turns it back on and replaces huggingface_hub's calls.
+os.environ["HF_HUB_OFFLINE"] = "1"
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -78,6 +81,60 @@ def shared_data() -> Path:
     if not path.is_dir():
         pytest.skip(f"shared data not found at {path}")
     return path
+
+
+@pytest.fixture
+def fake_hub(tmp_path, monkeypatch):
+    """A Hugging Face hub cache in a temporary folder (``HF_HUB_CACHE``), offline (``HF_HUB_OFFLINE=1``):
+    ``fake_hub(repo_id, folder, edit=None)`` copies ``folder`` in as the snapshot of ``repo_id``
+    (``models--org--name/{refs/main, snapshots/<rev>/}``, as ``hf download`` lays it out); ``edit(snapshot)``
+    may change the copy. Returns the snapshot folder."""
+    import hashlib
+    import shutil
+
+    cache = tmp_path / "hf-cache"
+    cache.mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+    def add(repo_id: str, folder: Path, edit=None) -> Path:
+        revision = hashlib.sha1(repo_id.encode()).hexdigest()
+        repo = cache / f"models--{repo_id.replace('/', '--')}"
+        snapshot = repo / "snapshots" / revision
+        shutil.copytree(folder, snapshot)
+        (repo / "refs").mkdir()
+        (repo / "refs" / "main").write_text(revision)
+        if edit is not None:
+            edit(snapshot)
+        return snapshot
+
+    return add
+
+
+def rebase_adapter(base_id: str):
+    """An ``edit`` for :func:`fake_hub`: the copied adapter names its base ``base_id``, as a published one does."""
+    import json
+
+    def edit(snapshot: Path) -> None:
+        config = json.loads((snapshot / "adapter_config.json").read_text())
+        config["base_model_name_or_path"] = base_id
+        (snapshot / "adapter_config.json").write_text(json.dumps(config))
+
+    return edit
+
+
+@pytest.fixture
+def published_gircse(fake_hub) -> Path:
+    """``Roytsai27/GIRCSE-Mistral7B`` in the fake hub cache: the tiny Mistral LoRA adapter of the GIRCSE
+    reference (golden.json), on ``mistralai/Mistral-7B-v0.1`` = the tiny Mistral. Returns the reference folder."""
+    reference = SHARED / "reference" / "gircse"
+    if not (reference / "golden.json").is_file():
+        pytest.skip(f"the GIRCSE reference is not at {reference}")
+    fake_hub("mistralai/Mistral-7B-v0.1", reference / "tiny-mistral")
+    fake_hub(
+        "Roytsai27/GIRCSE-Mistral7B", reference / "tiny-mistral-lora", edit=rebase_adapter("mistralai/Mistral-7B-v0.1")
+    )
+    return reference
 
 
 @pytest.fixture(scope="session")

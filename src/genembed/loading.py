@@ -7,10 +7,21 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ._peft import quiet_peft
 from .adapter_info import read_trained_for
+from .adapter_loading import (
+    DEFAULT_ADAPTER,
+    SHIPPED_ADAPTERS,
+    adapter_folder,
+    adapter_name,
+    attach_adapter,
+    choose_generator,
+    default_adapter,
+    resolve_adapter,
+    shipped_adapter,
+    trained_for_generation,
+)
 from .backbone.default_model import MissingModelError
-from .backbone.device import resolve_device
+from .backbone.hub import hub_snapshot
 from .backbone.loading import BUNDLED, hub_cache_folder, load_backbone
 from .model import GenerativeEmbedder
 from .saving import BACKBONE_SUBFOLDER, SETTINGS_FILE, calibration_digest, read_settings
@@ -28,37 +39,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_ADAPTERS = Path(__file__).parent / "adapters"
-# the GIRCSE LoRA adapter trained for the bundled backbone (configs/gircse-smollm2.yaml, MODEL_CARD.md)
-DEFAULT_ADAPTER = _ADAPTERS / "smollm2-135m-gircse"
-# adapters shipped for the bundled backbone, by the name `load(adapter=NAME)` and `--adapter NAME` take:
-# "gircse" embeds only; "joint" was trained on with a next-token loss too (configs/gircse-smollm2-joint.yaml),
-# so it also generates, reranks and hands its KV states to the generator
-SHIPPED_ADAPTERS = {"gircse": DEFAULT_ADAPTER, "joint": _ADAPTERS / "smollm2-135m-gircse-joint"}
-
-
-def default_adapter() -> Path | None:
-    """The adapter shipped for the bundled backbone, or None in a build that does not hold it."""
-    return DEFAULT_ADAPTER if (DEFAULT_ADAPTER / "adapter_config.json").is_file() else None
-
-
-def shipped_adapter(name: str) -> Path | None:
-    """The folder of the shipped adapter called ``name`` (a key of :data:`SHIPPED_ADAPTERS`), or None when
-    ``name`` names none or this build does not hold it."""
-    folder = SHIPPED_ADAPTERS.get(name)
-    return folder if folder is not None and (folder / "adapter_config.json").is_file() else None
-
-
-def _adapter_path(adapter: str | os.PathLike) -> Path:
-    """An adapter argument as a folder: a local folder wins over a shipped adapter of the same name."""
-    path = Path(os.path.expanduser(str(adapter)))
-    if not path.exists() and isinstance(adapter, str) and adapter in SHIPPED_ADAPTERS:
-        folder = shipped_adapter(adapter)
-        if folder is None:
-            raise MissingModelError(f"this install does not ship the {adapter!r} adapter ({SHIPPED_ADAPTERS[adapter]})")
-        return folder
-    return path
-
 
 def load(
     model: str | os.PathLike | None = None,
@@ -69,19 +49,27 @@ def load(
     tau: float | None = None,
     center: bool | None = None,
     generation_adapter: str | os.PathLike | bool | None = None,
+    local_files_only: bool = False,
+    device_map: Any = None,
+    quantization: str | None = None,
 ) -> GenerativeEmbedder:
     """Load a model for embedding (and generation, reranking, RAG).
 
     Args:
-        model: None for the bundled default (SmolLM2-135M-Instruct), a folder written by
-            ``model.save`` (its ``genembed.json`` restores the settings), a local HF folder, a ``.gguf``
-            file, or a hub id already in the local HF cache (a saved model or a plain HF model).
-            Nothing is downloaded.
-        adapter: a LoRA adapter folder (as written by ``genembed train``), or the name of an adapter
+        model: None for the bundled default (SmolLM2-135M-Instruct; never downloaded), a folder
+            written by ``model.save`` (its ``genembed.json`` restores the settings), a local HF folder,
+            a ``.gguf`` file, or a hub id: a published checkpoint of :data:`genembed.published.PUBLISHED`
+            (``"GritLM/GritLM-7B"``, ``"Roytsai27/GIRCSE-QWEN7B"``, ...: loaded with its authors'
+            method, K, temperature, prompt format and instructions, centering off), a LoRA adapter repo
+            (loaded on the base model its ``adapter_config.json`` names), a saved model or a plain HF
+            model. A hub id comes from the local HF cache, downloaded into it when missing (progress
+            bar, resumable) unless ``local_files_only`` or ``HF_HUB_OFFLINE=1``.
+        adapter: a LoRA adapter folder (as written by ``genembed train``), the name of an adapter
             shipped for the bundled backbone (:data:`SHIPPED_ADAPTERS`: ``"gircse"``, ``"joint"``; a
-            local folder of that name wins). None: the shipped GIRCSE adapter when ``model`` is the
-            bundled default, a saved model's own adapter, none for any other model. False: none (the
-            raw backbone). An adapter trained with a next-token loss too (see
+            local folder of that name wins), or a hub id of an adapter (downloaded like a model).
+            None: the shipped GIRCSE adapter when ``model`` is the bundled default, a saved model's own
+            adapter, a published or adapter repo's own adapter, none for any other model. False: none
+            (the raw backbone). An adapter trained with a next-token loss too (see
             :func:`trained_for_generation`; the shipped ``"joint"``) is used for generation as well
             (``model.generation_adapter = True``); an embedding-only adapter, like the shipped default,
             only for embedding. What the adapter was trained for is read from its saved training config
@@ -91,8 +79,9 @@ def load(
             AVX512-BF16 or AMX, else float32; see :func:`genembed.backbone.default_dtype`; the
             environment variable ``GENEMBED_DTYPE`` overrides it), ``"float32"``, ``"bfloat16"`` or
             ``"float16"``.
-        device: ``"auto"`` (default: CUDA, then Apple MPS, then the CPU), or a torch device such as
-            ``"cpu"`` or ``"cuda:0"``.
+        device: ``"auto"`` (default: CUDA, then Apple MPS, then the CPU; with several GPUs, a model
+            too large for the first is spread over all of them), or a torch device such as ``"cpu"``
+            or ``"cuda:0"``.
         tau: GIRCSE soft-token softmax temperature (None: the saved model's, else 1.0).
         center: per-instruction centering in ``encode`` by default (see
             :mod:`genembed.encoders.centering`). None: the saved model's setting; else on with a
@@ -102,57 +91,76 @@ def load(
             model: as it was saved). True / False: the embedding adapter / the base weights. A folder or
             shipped adapter name: a second LoRA adapter loaded beside the embedding one and used for
             generation only (``model.generation_adapter == "generation"``); embeddings do not change.
+        local_files_only: never download; a model missing from the HF cache fails at once.
+        device_map: accelerate's placement of the layers over devices (``"auto"``: over all GPUs).
+        quantization: ``"4bit"`` or ``"8bit"``: bitsandbytes weights on a CUDA GPU
+            (``pip install "genembed[quant]"``).
 
     Raises:
-        MissingModelError: the model or adapter is not on disk; the message says how to get it.
+        MissingModelError: the model or adapter is not on disk and cannot be downloaded (offline, not
+            found, gated); the message names it and says how to get it.
+        InsufficientMemoryError: a CPU load whose weights will not fit in the available memory.
         ValueError: a saved model's ``genembed.json`` is malformed (the message names the field).
         DamagedFileError: a file of the adapter is truncated or damaged (the message names it).
     """
-    device = resolve_device(device)
-    saved = saved_folder(model)
+    options = {"dtype": dtype, "device": device, "local_files_only": local_files_only}
+    options |= {"device_map": device_map, "quantization": quantization}
+    hub = _hub_folder(model, local_files_only)
+    saved = saved_folder(model) if hub is None else (hub if (hub / SETTINGS_FILE).is_file() else None)
     if saved is not None:
-        return _load_saved(
-            saved, adapter=adapter, dtype=dtype, device=device, tau=tau, center=center, generator=generation_adapter
-        )
-    backbone = load_backbone(model, dtype=dtype, device=device)
+        return _load_saved(saved, adapter=adapter, tau=tau, center=center, generator=generation_adapter, **options)
+    if hub is not None:
+        from .hub_loading import is_adapter_folder, load_hub_checkpoint
+        from .published import published_model
+
+        entry = published_model(str(model))
+        if entry is not None or is_adapter_folder(hub):
+            return load_hub_checkpoint(
+                str(model),  # as spelled: the HF cache folder follows the spelling
+                hub,
+                entry,
+                adapter=adapter,
+                tau=tau,
+                center=center,
+                generation_adapter=generation_adapter,
+                **options,
+            )
+    backbone = load_backbone(model, **options)
     if adapter is None and model is None:
         adapter = default_adapter()
     adapter_path, trained_for, shipped = None, None, False
     if adapter not in (None, False):
-        adapter_path = _adapter_path(adapter)
+        adapter_path = resolve_adapter(adapter, local_files_only)
         attach_adapter(backbone, adapter_path)
         trained_for = read_trained_for(adapter_path)
         shipped = adapter_path.resolve() in {folder.resolve() for folder in SHIPPED_ADAPTERS.values()}
     model = GenerativeEmbedder(
         backbone,
         tau=1.0 if tau is None else tau,
-        adapter=adapter_path.name if adapter_path else None,
+        adapter=adapter_name(adapter, adapter_path) if adapter_path else None,
         center=shipped if center is None else center,
     )
     model.adapter_path = str(adapter_path.resolve()) if adapter_path else None
     model.trained_for = trained_for
     model.generation_adapter = bool(trained_for and trained_for.generation)
-    _choose_generator(model, generation_adapter)
+    choose_generator(model, generation_adapter)
     return model
 
 
-def _choose_generator(
-    model: GenerativeEmbedder, choice: str | os.PathLike | bool | None, name: str | None = None
-) -> None:
-    """Apply ``load``'s ``generation_adapter`` argument: None keeps the model's default, a bool sets it, a
-    folder or shipped name is loaded as the generation adapter (``name``: what to call it, else its folder's)."""
-    if choice is None:
-        return
-    if isinstance(choice, bool):
-        model.generation_adapter = choice
-        return
-    from .generation.adapters import GENERATION_ADAPTER, attach_generation_adapter
+def _hub_folder(model: str | os.PathLike | None, local_files_only: bool) -> Path | None:
+    """The local snapshot of ``model`` when it names no local file or folder (a hub id), downloaded when
+    allowed; None for the bundled default and local paths.
 
-    folder = adapter_folder(_adapter_path(choice), "generation adapter folder")
-    attach_generation_adapter(model.backbone, folder)
-    model.generation_adapter_name = name or folder.resolve().name
-    model.generation_adapter_path = str(folder.resolve())
-    model.generation_adapter = GENERATION_ADAPTER
+    Raises:
+        MissingModelError: a path that does not exist, or a hub id that is not cached and cannot be
+            downloaded (:func:`~genembed.backbone.hub.hub_snapshot`).
+    """
+    if model is None:
+        return None
+    path = Path(os.path.expanduser(str(model)))
+    if path.exists() or path.suffix == ".gguf":
+        return None
+    return hub_snapshot(str(model), local_files_only=local_files_only)
 
 
 def saved_folder(model: str | os.PathLike | None) -> Path | None:
@@ -173,7 +181,7 @@ def saved_folder(model: str | os.PathLike | None) -> Path | None:
 
 
 def _load_saved(
-    folder: Path, *, adapter: Any, dtype: str, device: str, tau: float | None, center: bool | None, generator: Any
+    folder: Path, *, adapter: Any, tau: float | None, center: bool | None, generator: Any, **options: Any
 ) -> GenerativeEmbedder:
     settings = read_settings(folder)
     where = folder / SETTINGS_FILE
@@ -185,7 +193,7 @@ def _load_saved(
     elif source.startswith(("./", "../")):  # a local backbone saved with save_backbone=False
         source = folder / source
     try:
-        backbone = load_backbone(source, dtype=dtype, device=device)
+        backbone = load_backbone(source, **options)
     except MissingModelError as exc:
         raise MissingModelError(
             f"{where}: backbone.source {settings['backbone']['source']!r} cannot be loaded ({exc}); "
@@ -199,9 +207,9 @@ def _load_saved(
         adapter_path = folder
         adapter_name = settings.get("adapter") or folder.name
     elif adapter not in (None, False):
-        adapter_path = _adapter_path(adapter)
+        adapter_path = resolve_adapter(adapter, options["local_files_only"])
         attach_adapter(backbone, adapter_path)
-        adapter_name = adapter_path.name
+        adapter_name = adapter_name(adapter, adapter_path)
     trained_for = read_trained_for(adapter_path) if adapter_path else None
     if adapter_path == folder:  # the saved model's own adapter: as it was saved
         joint = settings.get("generation_adapter") is True
@@ -221,63 +229,14 @@ def _load_saved(
     from .generation.adapters import GENERATION_ADAPTER
 
     if generator is None and (folder / GENERATION_ADAPTER / "adapter_config.json").is_file():  # saved with one
-        _choose_generator(model, folder / GENERATION_ADAPTER, name=settings.get("generation_adapter_name"))
+        choose_generator(model, folder / GENERATION_ADAPTER, name=settings.get("generation_adapter_name"))
         if settings.get("generation_adapter") != GENERATION_ADAPTER:  # saved generating with other weights
             model.generation_adapter = joint
     else:
-        _choose_generator(model, generator)
+        choose_generator(model, generator)
     digest = settings.get("calibration_sha256")
     if model.center and digest and digest != calibration_digest():
         logger.warning(
             "%s was saved with other calibration texts than this genembed's: centred embeddings will differ", where
         )
     return model
-
-
-def trained_for_generation(adapter_path: str | os.PathLike) -> bool:
-    """Whether the adapter in ``adapter_path`` was trained with a next-token loss (GRIT joint training).
-
-    Read from the training config saved beside it (``genembed_train.yaml`` or ``training_config.yaml``):
-    generative files with a positive weight. Such an adapter also runs chat, reranking and RAG; an
-    embedding-only one (or one without a saved config) leaves them on the base weights.
-    """
-    trained_for = read_trained_for(adapter_path)
-    return bool(trained_for and trained_for.generation)
-
-
-def adapter_folder(path: str | os.PathLike, what: str = "adapter folder") -> Path:
-    """``path`` as a Path, checked to hold a readable peft LoRA adapter; ``what`` names it in the error.
-
-    The config must parse and ``adapter_model.safetensors`` must be complete: its header parsed and its
-    size matching it. (A folder holding only ``adapter_model.bin`` is left to peft, which reads it with
-    ``torch.load(weights_only=True)``: tensors only, no code.)
-
-    Raises:
-        MissingModelError: no ``adapter_config.json`` in ``path``.
-        DamagedFileError: the config or the weights file is truncated or damaged (the message names it).
-    """
-    from ._files import DamagedFileError, check_safetensors, read_json
-
-    folder = Path(os.path.expanduser(str(path)))
-    config = folder / "adapter_config.json"
-    if not config.is_file():
-        raise MissingModelError(f"{what} {folder} holds no adapter_config.json (a peft LoRA adapter)")
-    if folder.resolve() == DEFAULT_ADAPTER.resolve():
-        fix = "The adapter shipped with genembed is damaged: reinstall genembed."
-    else:
-        fix = f"Copy the adapter folder {folder} again, or retrain it with `genembed train`."
-    if not isinstance(read_json(config, fix=fix), dict):
-        raise DamagedFileError(f"{config} is not a JSON object. {fix}")
-    weights = folder / "adapter_model.safetensors"
-    if weights.is_file() or not (folder / "adapter_model.bin").is_file():
-        check_safetensors(weights, fix=fix)
-    return folder
-
-
-def attach_adapter(backbone, adapter_path: Path) -> None:
-    """Wrap the backbone's model with a saved LoRA adapter (peft), in eval mode."""
-    from peft import PeftModel
-
-    folder = adapter_folder(adapter_path)
-    with quiet_peft():
-        backbone.model = PeftModel.from_pretrained(backbone.model, str(folder)).eval()

@@ -38,21 +38,22 @@ def test_explicit_devices_pass_through_checked(monkeypatch):
 
 
 def test_load_resolves_auto_before_loading(monkeypatch, tmp_path, tiny):
+    """``genembed.load`` hands "auto" down; ``load_backbone`` resolves it (and, with several GPUs, may
+    spread the model: genembed.backbone.memory.choose_device_map) before anything is loaded."""
     import genembed
-    from genembed import loading
+    from genembed.backbone import loading as backbone_loading
 
     tiny.model.save_pretrained(tmp_path)
     tiny.tokenizer.save_pretrained(tmp_path)
-    seen = {}
-    real = loading.load_backbone
+    seen = []
 
-    def spy(model, *, dtype, device):
-        seen["device"] = device
-        return real(model, dtype=dtype, device="cpu")
+    def resolve(device):
+        seen.append((device, resolve_device(device)))
+        return "cpu"  # this machine cannot run on MPS; what matters is what "auto" resolved to
 
     _available(monkeypatch, cuda=False, mps=True)
-    monkeypatch.setattr(loading, "load_backbone", spy)
+    monkeypatch.setattr(backbone_loading, "resolve_device", resolve)
     model = genembed.load(tmp_path)
-    assert seen["device"] == "mps" and model.device.type == "cpu"
+    assert seen == [("auto", "mps")] and model.device.type == "cpu"
     _available(monkeypatch, cuda=False, mps=False)
-    assert genembed.load(tmp_path).device.type == "cpu" and seen["device"] == "cpu"
+    assert genembed.load(tmp_path).device.type == "cpu" and seen[-1] == ("auto", "cpu")

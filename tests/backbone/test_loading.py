@@ -27,6 +27,7 @@ def test_folder_without_config(tmp_path):
 
 def test_uncached_hub_id_fails_fast_with_instructions(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # (tests/backbone/test_hub.py covers the download path)
     with pytest.raises(MissingModelError, match="hf download some-org/some-model"):
         load_backbone("some-org/some-model")
 

@@ -148,3 +148,59 @@ def test_a_saved_model_is_evaluated_with_its_own_method_and_steps(tiny, toy_task
     result = runner.invoke(app, [*args, "--method", "last", "--out", str(tmp_path / "last.json")])
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "last.json").read_text())["config"]["method"] == "last"
+
+
+def test_a_published_checkpoint_is_evaluated_with_its_authors_instructions_and_k(
+    published_gircse, tmp_path, make_task, monkeypatch
+):
+    """`genembed eval --model Roytsai27/GIRCSE-Mistral7B` (the tiny reference under the published id): tasks
+    of the authors' MTEB table get their instructions (by mteb_name or name), at K=3 in the gircse format;
+    other tasks keep their own. Every encode call is recorded to show what was actually used."""
+    from genembed.model import GenerativeEmbedder
+
+    pairs = [{"s1": "a cat sleeps", "s2": "a cat naps", "score": 4.5}, {"s1": "tax law", "s2": "a car", "score": 0.5}]
+    pairs.append({"s1": "the dog runs", "s2": "a dog runs fast", "score": 4.0})
+    sts = {"type": "sts", "metric": "spearman", "instruction": "Mine.", "mteb_name": "STSBenchmark"}
+    make_task(tmp_path / "tasks", "stsb-dev", sts, {"pairs.jsonl": pairs})
+    make_task(
+        tmp_path / "tasks",
+        "toy-sts",
+        {"type": "sts", "metric": "spearman", "instruction": "Own."},
+        {"pairs.jsonl": pairs},
+    )
+    corpus = [{"id": "d1", "title": "", "text": "a cat"}, {"id": "d2", "title": "", "text": "tax law"}]
+    queries = [{"id": "q1", "text": "cats"}]
+    retrieval = {"type": "retrieval", "metric": "ndcg@10", "instruction": "Q.", "doc_instruction": "D."}
+    make_task(
+        tmp_path / "tasks",
+        "SciFact",
+        retrieval,
+        {"corpus.jsonl": corpus, "queries.jsonl": queries, "qrels.tsv": "q1\td1\t1\n"},
+    )
+    calls = []
+    real = GenerativeEmbedder.encode
+
+    def spy(self, texts, **kwargs):
+        calls.append((tuple(texts), kwargs["instruction"], kwargs["steps"], kwargs["prompt_format"]))
+        return real(self, texts, **kwargs)
+
+    monkeypatch.setattr(GenerativeEmbedder, "encode", spy)
+    out = tmp_path / "published.json"
+    args = ["eval", str(tmp_path / "tasks"), "--model", "Roytsai27/GIRCSE-Mistral7B", "--no-cache", "--out", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "its authors' instructions" in result.output and "for 2 of 3 tasks" in result.output
+    by_instruction = {}
+    for texts, instruction, steps, prompt_format in calls:
+        assert (steps, prompt_format) == (3, "gircse")
+        by_instruction.setdefault(instruction, set()).update(texts)
+    claim = "Given a scientific claim, retrieve documents that support or refute the claim"
+    assert by_instruction["Retrieve semantically similar text."] >= {"a cat sleeps", "tax law"}  # stsb-dev
+    assert by_instruction["Own."] >= {"a cat sleeps"} and "Mine." not in by_instruction
+    assert by_instruction[claim] == {"cats"} and by_instruction[""] == {"a cat", "tax law"}
+    config = json.loads(out.read_text())["config"]
+    assert config["steps"] == [3] and config["published_instructions"]["toy-sts"] is None
+    assert config["published_instructions"]["SciFact"] == {"instruction": claim, "doc_instruction": ""}
+    kept = runner.invoke(app, [*args[:-1], str(tmp_path / "kept.json"), "--task-instructions"])
+    assert kept.exit_code == 0, kept.output
+    assert "published_instructions" not in json.loads((tmp_path / "kept.json").read_text())["config"]

@@ -126,3 +126,83 @@ def test_instructions_by_prompt_type_and_model_meta(tiny_model):
     )
     with pytest.raises(ValueError, match="method must be one of"):
         GenembedMTEBModel(model=tiny_model, method="max")
+
+
+class STSBenchmark(LocalSTS):  # named as the MTEB task, so a published model's instruction applies
+    metadata = TaskMetadata(type="STS", name="STSBenchmark", main_score="cosine_spearman", **GENERAL)
+
+
+class SciFact(LocalRetrieval):
+    metadata = TaskMetadata(type="Retrieval", name="SciFact", main_score="ndcg_at_10", **GENERAL)
+
+
+def test_a_published_gircse_checkpoint_is_evaluated_with_its_authors_instruction_and_k(published_gircse):
+    """GenembedMTEBModel("Roytsai27/GIRCSE-Mistral7B"): the tiny reference adapter under the published id;
+    STSBenchmark texts get GIRCSE's own instruction, K is its evaluation K (3), embeddings L2-normalised."""
+    model = GenembedMTEBModel("Roytsai27/GIRCSE-Mistral7B", device="cpu")
+    assert model.instruction_for(STSBenchmark.metadata, None) == "Retrieve semantically similar text."
+    assert model.encode_settings["steps"] == 3 and model.encode_settings["prompt_format"] == "gircse"
+    meta = model.mteb_model_meta.experiment_kwargs
+    assert meta["instructions"].endswith("GIRCSE@20676c15294e161bcfd5d5be97e75498e54fdb8f") and meta["steps"] == 3
+    texts = ["a cat sleeps", "the dog runs"]
+    got = model.encode([{"text": texts}], task_metadata=STSBenchmark.metadata, hf_split="test", hf_subset="default")
+    expected = model.model.encode(texts, instruction="Retrieve semantically similar text.", steps=3)
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+    assert not np.allclose(got, model.model.encode(texts, instruction="Retrieve semantically similar text.", steps=5))
+    # the caller's prompts_dict takes over from the authors' instructions
+    mine = GenembedMTEBModel(model=model.model, prompts_dict={"STSBenchmark": "Mine."})
+    assert mine.instruction_for(STSBenchmark.metadata, None) == "Mine." and mine.published is None
+
+
+def test_a_published_gritlm_checkpoint_uses_its_query_and_document_instructions_unnormalised(fake_hub, tiny_folder):
+    fake_hub("GritLM/GritLM-7B", tiny_folder)
+    model = GenembedMTEBModel("GritLM/GritLM-7B", device="cpu")
+    claim = "Given a scientific claim, retrieve documents that support or refute the claim"
+    assert model.instruction_for(SciFact.metadata, PromptType.query) == claim
+    assert model.instruction_for(SciFact.metadata, PromptType.document) == ""
+    assert (model.encode_settings["method"], model.encode_settings["prompt_format"]) == ("grit", "gritlm")
+    got = model.encode(
+        [{"text": ["a claim"]}],
+        task_metadata=SciFact.metadata,
+        hf_split="test",
+        hf_subset="default",
+        prompt_type=PromptType.query,
+    )
+    raw = model.model.encode(["a claim"], instruction=claim, normalize=False)
+    np.testing.assert_allclose(got, raw, rtol=1e-5)
+    assert abs(np.linalg.norm(got) - 1.0) > 1e-3  # GritLM's MTEB run does not L2-normalise
+    # a task the authors' table lacks falls back to the task's own prompt
+    assert model.instruction_for(LocalSTS.metadata, None) == LocalSTS.abstask_prompt
+
+
+def test_each_published_model_has_its_authors_instruction_for_every_task_of_its_benchmark():
+    from genembed.published import PUBLISHED
+
+    for entry in PUBLISHED.values():
+        names = [task.metadata.name for task in mteb.get_benchmark(entry.benchmark).tasks]
+        assert names and [n for n in names if entry.instruction_set().entry(n) is None] == [], entry.id
+
+
+def test_the_mteb_command_runs_a_published_model_on_its_authors_benchmark(fake_hub, tiny_folder, monkeypatch):
+    """`genembed mteb --model GritLM/GritLM-7B` (tiny weights under the published id): the benchmark its
+    authors report, its own instructions; mteb.evaluate is replaced (its datasets need the network)."""
+    from typer.testing import CliRunner
+
+    from genembed.cli.app import app
+
+    fake_hub("GritLM/GritLM-7B", tiny_folder)
+    seen, real = {}, mteb.evaluate
+
+    def evaluate(model, tasks, **kwargs):
+        seen["instruction"] = model.instruction_for(SciFact.metadata, PromptType.query)
+        seen["tasks"] = [task.metadata.name for task in tasks]
+        return real(model, [LocalSTS()], cache=None, show_progress_bar=False)
+
+    monkeypatch.setattr(mteb, "evaluate", evaluate)
+    result = CliRunner().invoke(app, ["mteb", "--model", "GritLM/GritLM-7B", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert len(seen["tasks"]) == 56 and "ArguAna" in seen["tasks"]  # MTEB(eng, v1)
+    assert seen["instruction"].startswith("Given a scientific claim")
+    assert "GritLM/GritLM-7B's own instructions" in result.output and "GenembedLocalSTS" in result.output
+    bad = CliRunner().invoke(app, ["mteb", "--model", "GritLM/GritLM-7B", "--tasks", "A", "--benchmark", "B"])
+    assert bad.exit_code == 2 and "give --tasks or --benchmark" in bad.output

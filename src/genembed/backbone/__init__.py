@@ -7,12 +7,14 @@ from .cache import atomic_directory, cache_root
 from .default_model import DEFAULT_MODEL_NAME, MissingModelError, default_gguf_path
 from .device import resolve_device
 from .loading import Backbone, default_dtype, load_backbone, resolve_dtype
+from .memory import InsufficientMemoryError
 from .tiny import tiny_backbone
 
 __all__ = [
     "DEFAULT_MODEL_NAME",
     "Attention",
     "Backbone",
+    "InsufficientMemoryError",
     "MissingModelError",
     "atomic_directory",
     "cache_root",

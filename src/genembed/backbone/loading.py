@@ -1,5 +1,5 @@
-"""Load a decoder LLM and its tokenizer from a local folder, a ``.gguf`` file, the local HF cache,
-or the bundled default. Nothing is ever downloaded."""
+"""Load a decoder LLM and its tokenizer from a local folder, a ``.gguf`` file, a hub id (the HF cache,
+downloaded when missing: :mod:`genembed.backbone.hub`), or the bundled default (never downloaded)."""
 
 from __future__ import annotations
 
@@ -76,26 +76,50 @@ def resolve_dtype(dtype: Any, device: str = "cpu") -> Any:
     return getattr(torch, _DTYPES[key])
 
 
-def load_backbone(model: str | os.PathLike | None = None, *, dtype: Any = "auto", device: str = "cpu") -> Backbone:
+def load_backbone(
+    model: str | os.PathLike | None = None,
+    *,
+    dtype: Any = "auto",
+    device: str = "cpu",
+    local_files_only: bool = False,
+    device_map: Any = None,
+    quantization: str | None = None,
+) -> Backbone:
     """Load a causal LM and tokenizer.
 
     Args:
-        model: None for the bundled default (SmolLM2-135M-Instruct), a local HF folder, a local
-            ``.gguf`` file, or a hub id already in the local HF cache.
+        model: None for the bundled default (SmolLM2-135M-Instruct, never downloaded), a local HF
+            folder, a local ``.gguf`` file, or a hub id: from the local HF cache, downloaded into it
+            when missing (:func:`~genembed.backbone.hub.hub_snapshot`).
         dtype: ``"auto"`` (:func:`default_dtype`), ``"float32"``, ``"bfloat16"`` or ``"float16"``.
-        device: a torch device string, or ``"auto"`` (:func:`~genembed.backbone.device.resolve_device`).
+        device: a torch device string, or ``"auto"`` (:func:`~genembed.backbone.device.resolve_device`;
+            with several GPUs a model too large for the first one is spread over all of them).
+        local_files_only: never download (``HF_HUB_OFFLINE=1`` does the same).
+        device_map: accelerate's placement of the layers (``"auto"``, or a dict); None: one device.
+        quantization: ``"4bit"`` or ``"8bit"`` weights through bitsandbytes (CUDA only); None: ``dtype``.
 
     Returns:
         A :class:`Backbone` in eval mode.
 
     Raises:
-        MissingModelError: the model is not available locally; the message says how to get it.
+        MissingModelError: the model is not available (not on disk, and not downloadable); the message
+            says how to get it.
+        InsufficientMemoryError: a CPU load whose weights will not fit in the available memory.
+        ValueError / ImportError: a bad quantization, or bitsandbytes missing or without a GPU.
     """
     from transformers import AutoModelForCausalLM
 
+    from .hub import hub_snapshot
+    from .memory import (
+        BYTES_PER_PARAM,
+        check_fits_in_memory,
+        choose_device_map,
+        count_parameters,
+        quantization_config,
+    )
     from .tokenizer import load_tokenizer
 
-    device = resolve_device(device)
+    requested, device = device, resolve_device(device)
     torch_dtype = resolve_dtype(dtype, device)
     if model is None:
         folder, name, source = converted_gguf_folder(default_gguf_path()), DEFAULT_MODEL_NAME, BUNDLED
@@ -110,11 +134,25 @@ def load_backbone(model: str | os.PathLike | None = None, *, dtype: Any = "auto"
                 raise MissingModelError(f"{path} is a folder but holds no config.json: not a HF model folder")
             folder, name, source = path, path.name, str(path.resolve())
         else:
-            folder, name, source = hub_cache_folder(str(model)), str(model), str(model)
+            folder, name, source = hub_snapshot(str(model), local_files_only=local_files_only), str(model), str(model)
+    kwargs: dict[str, Any] = {"dtype": torch_dtype}
+    weight_dtype = quantization or str(torch_dtype).removeprefix("torch.")
+    if quantization is not None:
+        kwargs["quantization_config"] = quantization_config(quantization, device, torch_dtype)
+        kwargs["device_map"] = device_map or {"": device}
+    else:
+        params = count_parameters(folder)
+        placement = choose_device_map(requested, device_map, params and params * BYTES_PER_PARAM[weight_dtype])
+        if placement is not None:
+            kwargs["device_map"] = placement
+        elif device == "cpu":
+            check_fits_in_memory(folder, weight_dtype, name)
     t0 = time.perf_counter()
     tokenizer = load_tokenizer(folder)
-    lm = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch_dtype)
-    lm.to(device).eval()
+    lm = AutoModelForCausalLM.from_pretrained(str(folder), **kwargs)
+    if "device_map" not in kwargs:  # accelerate placed (and bitsandbytes quantized) the others already
+        lm.to(device)
+    lm.eval()
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     logger.info("loaded %s from %s in %.1fs", name, folder, time.perf_counter() - t0)
@@ -122,27 +160,15 @@ def load_backbone(model: str | os.PathLike | None = None, *, dtype: Any = "auto"
 
 
 def hub_cache_folder(repo_id: str) -> Path:
-    """The snapshot folder of a hub id already in the local HF cache (``HF_HOME``/``HF_HUB_CACHE``,
-    default ``~/.cache/huggingface/hub``); never goes online.
+    """The snapshot folder of a hub id already in the local HF cache; never goes online
+    (:func:`~genembed.backbone.hub.hub_snapshot` with ``local_files_only=True``).
 
     Raises:
-        MissingModelError: ``repo_id`` looks like a path, or is not in the cache.
+        MissingModelError: ``repo_id`` is a path that does not exist, or is not in the cache.
     """
-    looks_like_path = repo_id.startswith((".", "/", "~")) or os.sep in repo_id.strip("/").replace("/", "", 1)
-    how = (
-        "This machine loads models only from disk. Pass a local HF folder or .gguf file, or download "
-        f"the model where you have internet (`hf download {repo_id}`) and copy the HF cache "
-        "(HF_HOME, default ~/.cache/huggingface) here."
-    )
-    if looks_like_path:
-        raise MissingModelError(f"Model path does not exist: {repo_id}. {how}")
-    try:
-        from huggingface_hub import snapshot_download
+    from .hub import hub_snapshot
 
-        folder = snapshot_download(repo_id, local_files_only=True)
-    except Exception as exc:  # huggingface_hub raises several types for "not cached" / "bad id"
-        raise MissingModelError(f"Model {repo_id!r} is not a local folder, .gguf file or cached hub id. {how}") from exc
-    return Path(folder)
+    return hub_snapshot(repo_id, local_files_only=True)
 
 
 def converted_gguf_folder(gguf: Path) -> Path:

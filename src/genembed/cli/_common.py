@@ -24,9 +24,15 @@ PromptFormatOpt = Annotated[
     ),
 ]
 ModelOpt = Annotated[
-    str | None, typer.Option("--model", "-m", help="HF folder, .gguf file or cached hub id (default: bundled SmolLM2)")
+    str | None,
+    typer.Option(
+        "--model",
+        "-m",
+        help="HF folder, .gguf file or hub id (downloaded unless HF_HUB_OFFLINE=1; `genembed models` lists the "
+        "published ones; default: bundled SmolLM2)",
+    ),
 ]
-_ADAPTER_HELP = "LoRA adapter folder or shipped adapter name (gircse, joint); 'none': the raw backbone"
+_ADAPTER_HELP = "LoRA adapter folder, shipped adapter name (gircse, joint) or hub id; 'none': the raw backbone"
 
 
 def adapter_option(default: str = "gircse") -> Any:
@@ -132,6 +138,7 @@ def load_model(
     import genembed
     from genembed._files import DamagedFileError
     from genembed.backbone import MissingModelError
+    from genembed.backbone.memory import InsufficientMemoryError
     from genembed.generation.adapters import generator_choice
 
     try:
@@ -144,7 +151,7 @@ def load_model(
             center=center,
             generation_adapter=generator_choice(generator),
         )
-    except (MissingModelError, DamagedFileError, ValueError) as exc:
+    except (MissingModelError, DamagedFileError, InsufficientMemoryError, ImportError, ValueError) as exc:
         typer.secho(f"error: {exc}", fg="red", err=True)
         raise typer.Exit(2) from exc
 

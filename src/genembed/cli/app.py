@@ -17,6 +17,8 @@ from . import (
     index_store_cmd,
     inspect_cmd,
     mine_cmd,
+    models_cmd,
+    mteb_cmd,
     serve_cmd,
     train_cmd,
 )
@@ -54,11 +56,13 @@ def _add(name: str, function: Any, group: typer.Typer = app) -> None:
 
 
 _add("demo", demo.demo)
+_add("models", models_cmd.models)
 _add("inspect", inspect_cmd.inspect)
 _add("encode", encode_cmd.encode)
 _add("chat", chat_cmd.chat)
 _add("serve", serve_cmd.serve)
 _add("eval", eval_cmd.eval_tasks)
+_add("mteb", mteb_cmd.mteb_eval)
 index_cmd.index_app.command("import")(index_store_cmd.import_encoded)
 index_cmd.index_app.command("delete")(index_store_cmd.delete)
 app.add_typer(index_cmd.index_app, name="index")

@@ -62,8 +62,19 @@ def eval_tasks(
     dtype: DtypeOpt = "auto",
     device: DeviceOpt = "auto",
     center: CenterOpt = None,
+    task_instructions: Annotated[
+        bool,
+        typer.Option(
+            "--task-instructions",
+            help="keep the task folders' own instructions for a published model (default: its authors' "
+            "per-task instructions, by each task's mteb_name or name; `genembed models`)",
+        ),
+    ] = False,
 ) -> None:
-    """Evaluate on task folders with exactly the metrics of the task format (all x100)."""
+    """Evaluate on task folders with exactly the metrics of the task format (all x100).
+
+    A published checkpoint (`genembed models`) runs with its authors' settings: its K and prompt format,
+    and, for tasks in its authors' MTEB table, their instructions."""
     from genembed.eval import EmbeddingCache, GenembedEncoder, TaskFormatError, evaluate, find_task_dirs, load_task
 
     try:  # validate tasks and settings before loading the model
@@ -75,6 +86,9 @@ def eval_tasks(
     own = model_settings(loaded, method=method, attention=attention, prompt_format=prompt_format)
     if steps is None and own.rules.uses_steps and not own.adaptive:
         steps = str(own.steps)
+    used = _published_instructions(loaded, tasks) if not task_instructions else None
+    if used is not None:
+        tasks, used = used
     try:
         encoder = GenembedEncoder(
             loaded,
@@ -105,13 +119,36 @@ def eval_tasks(
             rerank_top=rerank_top,
             out=out,
             log=typer.echo,
-            config={"adapter_path": adapter, "model_arg": model, **_reranker(loaded, rerank_top)},
+            config={
+                "adapter_path": adapter,
+                "model_arg": model,
+                **_reranker(loaded, rerank_top),
+                **({"published_instructions": used} if used is not None else {}),
+            },
             cluster_starts=cluster_starts,
         )
     except DamagedFileError as exc:
         fail(str(exc))
     mean = report.mean_scores()[-1]
     typer.echo(f"mean {mean:.2f} over {len(report.tasks)} tasks in {report.seconds:.1f}s -> {out}")
+
+
+def _published_instructions(loaded: object, tasks: list) -> tuple[list, dict] | None:
+    """For a published checkpoint: the tasks with its authors' instructions and what each task now uses."""
+    from genembed.eval.published_instructions import with_published_instructions
+    from genembed.published import published_for
+
+    entry = published_for(loaded)
+    if entry is None:
+        return None
+    tasks, used = with_published_instructions(tasks, entry)
+    source = entry.instruction_set().source
+    found = [name for name, changes in used.items() if changes]
+    typer.echo(
+        f"{entry.id}: its authors' instructions ({source['repo']}@{source['commit'][:10]}) for "
+        f"{len(found)} of {len(used)} tasks{': ' + ', '.join(found) if found else ''}; the others keep their own"
+    )
+    return tasks, used
 
 
 def _reranker(model: object, rerank_top: int | None) -> dict[str, str]:

@@ -13,10 +13,17 @@ Instructions: for each task, ``prompts_dict`` (keys: task name, task type such a
 then mteb's default prompt for the task type. Queries and symmetric texts (STS, classification,
 clustering, pair classification) get the instruction; documents (``prompt_type="document"``) are
 embedded without one, as GIRCSE and GRIT do, unless ``instruct_documents=True``.
+
+A published checkpoint (:mod:`genembed.published`: ``GenembedMTEBModel("GritLM/GritLM-7B")``) is
+evaluated as its authors' MTEB script does: their per-task instructions (queries and documents as
+their table says), their K, and their normalisation (GritLM's MTEB run does not L2-normalise, which
+matters to classification), unless ``prompts_dict`` is given. A task missing from their table falls
+back to the rules above, with a warning.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -24,10 +31,13 @@ from mteb.models.abs_encoder import AbsEncoder
 from mteb.models.model_meta import ModelMeta, ScoringFunction
 from mteb.types import PromptType
 
-from ..encoders.methods import DEFAULT_METHOD, method_rules
+from ..encoders.methods import method_rules
 from ..encoders.settings import EmbedSettings
+from ..published import published_for
 
 __all__ = ["GenembedMTEBModel", "genembed_model_meta"]
+
+logger = logging.getLogger(__name__)
 
 
 def genembed_model_meta(model: Any, settings: dict[str, Any], loader_kwargs: dict[str, Any] | None = None) -> ModelMeta:
@@ -69,12 +79,14 @@ class GenembedMTEBModel(AbsEncoder):
         model_name: None for the bundled default model, or a local HF folder / ``.gguf`` file / cached
             hub id (as :func:`genembed.load`).
         revision: unused (kept for mteb's loader signature).
-        device: torch device (default CPU).
+        device: torch device (default ``"auto"``: CUDA, then MPS, then the CPU).
         model: an already loaded :class:`~genembed.GenerativeEmbedder` (then ``model_name`` is ignored).
         adapter: LoRA adapter folder.
         method, steps, attention, prompt_format, max_length, batch_size: encoding settings, as in
-            :meth:`genembed.GenerativeEmbedder.encode`.
-        prompts_dict: instructions by task name, task type or prompt type (overrides the task's).
+            :meth:`genembed.GenerativeEmbedder.encode`; None: the model's own (a published
+            checkpoint's: its authors' K and format).
+        prompts_dict: instructions by task name, task type or prompt type (overrides the task's and a
+            published checkpoint's).
         instruct_documents: also give documents the instruction.
         dtype: model dtype when loading.
     """
@@ -87,11 +99,11 @@ class GenembedMTEBModel(AbsEncoder):
         device: str | None = None,
         model: Any = None,
         adapter: str | None = None,
-        method: str = DEFAULT_METHOD,
-        steps: int = 5,
+        method: str | None = None,
+        steps: int | None = None,
         attention: str | None = None,
         prompt_format: str | None = None,
-        max_length: int = 512,
+        max_length: int | None = None,
         batch_size: int = 32,
         prompts_dict: dict[str, str] | None = None,
         instruct_documents: bool = False,
@@ -101,22 +113,43 @@ class GenembedMTEBModel(AbsEncoder):
         if model is None:
             import genembed
 
-            model = genembed.load(model_name, adapter=adapter, dtype=dtype, device=device or "cpu")
+            model = genembed.load(model_name, adapter=adapter, dtype=dtype, device=device or "auto")
         self.model = model
         self.prompts_dict = prompts_dict
         self.instruct_documents = instruct_documents
-        self.encode_settings = {"method": method, "steps": steps, "attention": attention}
-        self.encode_settings |= {"prompt_format": prompt_format, "max_length": max_length}
+        # a published checkpoint's authors' instructions and normalisation (not when the caller gives prompts)
+        self.published = published_for(model) if prompts_dict is None else None
+        own = method is None or method == model.method
+        method = model.method if method is None else method
+        steps = (model.steps if own and isinstance(model.steps, int) else 5) if steps is None else steps
+        self.encode_settings = {"method": method, "steps": steps}
+        self.encode_settings |= {"attention": model.attention if own and attention is None else attention}
+        own_format = model.prompt_format if own else None
+        self.encode_settings |= {"prompt_format": own_format if prompt_format is None else prompt_format}
+        self.encode_settings |= {"max_length": max_length or (self.published.max_length if self.published else 512)}
+        self.normalize = self.published.normalize_eval if self.published else True
         self.batch_size = batch_size
         EmbedSettings.build(**self.encode_settings, tau=model.tau)  # bad settings fail now, not mid-benchmark
         loader_kwargs = {"adapter": adapter, **self.encode_settings, "prompts_dict": prompts_dict}
         settings = {**self.encode_settings, "adapter": model.adapter, "instruct_documents": instruct_documents}
+        if self.published is not None:
+            source = self.published.instruction_set().source
+            settings |= {"instructions": f"{source['repo']}@{source['commit']}", "normalize": self.normalize}
         if not method_rules(method).uses_steps:
             settings.pop("steps")
         self.mteb_model_meta = genembed_model_meta(model, settings, loader_kwargs)
 
     def instruction_for(self, task_metadata: Any, prompt_type: PromptType | None) -> str:
-        """The instruction a text of this task and prompt type is embedded with ("" for documents)."""
+        """The instruction a text of this task and prompt type is embedded with ("" for documents; a
+        published checkpoint: its authors' instruction for the task and side)."""
+        if self.published is not None:
+            side = {PromptType.query: "query", PromptType.document: "document"}.get(prompt_type)
+            found = self.published.instruction_set().for_task(task_metadata.name, side)
+            if found is not None:
+                return found
+            logger.warning(
+                "%s has no instruction of its authors for %s; using the task's", self.published.id, task_metadata.name
+            )
         if prompt_type == PromptType.document and not self.instruct_documents:
             return ""
         return self.get_instruction(task_metadata, prompt_type) or ""
@@ -138,5 +171,6 @@ class GenembedMTEBModel(AbsEncoder):
             instruction=self.instruction_for(task_metadata, prompt_type),
             batch_size=int(kwargs.get("batch_size") or self.batch_size),
             show_progress_bar=kwargs.get("show_progress_bar"),
+            normalize=self.normalize,
             **self.encode_settings,
         )

@@ -110,6 +110,8 @@ class Task:
     instructions: dict[str, str]
     data: Any
     limit: int | None = None
+    mteb_name: str = ""  # the MTEB task this folder samples (optional ``mteb_name`` in task.json): a
+    # published model's per-task instructions are looked up by it, else by ``name``
 
 
 def find_task_dirs(paths: list[str | Path]) -> list[Path]:
@@ -170,6 +172,7 @@ def load_task(path: str | Path, *, limit: int | None = None) -> Task:
         )
     instruction = _field(meta, "instruction", str, meta_path)
     doc_instruction = _field(meta, "doc_instruction", str, meta_path, default="")
+    mteb_name = _field(meta, "mteb_name", str, meta_path, default="")
     instructions: dict[str, str] = {}
     if kind == "instruct":
         instructions = _field(meta, "instructions", dict, meta_path)
@@ -180,7 +183,7 @@ def load_task(path: str | Path, *, limit: int | None = None) -> Task:
                 raise TaskFormatError(meta_path, None, f"field 'instructions.{axis}' must be a string")
     loader = _LOADERS[kind]
     data = loader(path, limit, instructions) if kind == "instruct" else loader(path, limit)
-    return Task(path, name, kind, metric, instruction, doc_instruction, instructions, data, limit)
+    return Task(path, name, kind, metric, instruction, doc_instruction, instructions, data, limit, mteb_name)
 
 
 # ---------------------------------------------------------------- readers
