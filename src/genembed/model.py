@@ -207,8 +207,9 @@ class GenerativeEmbedder:
             return_all_steps: GIRCSE only: ``(n, K, dim)`` holding ``z_1..z_K`` from one run.
             return_steps_used: with ``steps="auto"``, also return the steps each text used.
             center: subtract the instruction's centre, the mean embedding of the bundled calibration
-                texts made with the same instruction and settings (:mod:`genembed.encoders.centering`;
-                the first call per instruction also encodes those 64 texts). None: ``model.center``
+                texts made with the same instruction and settings (:mod:`genembed.encoders.centering`:
+                stored with the model for its named instructions, else cached in memory and on disk,
+                else computed by encoding those 64 texts once). None: ``model.center``
                 (on for the shipped adapter). With ``normalize=False`` the result is
                 ``normalize(z) - centre``.
 
@@ -232,21 +233,17 @@ class GenerativeEmbedder:
             default_prompt_name=self.default_prompt_name,
         )
         normalize = _one_flag("normalize", normalize, "normalize_embeddings", normalize_embeddings, default=True)
-        if method is None or method == self.method:  # the model's settings belong to its own method
-            method = self.method
-            attention = self.attention if attention is None else attention
-            prompt_format = prompt_format or self.prompt_format
-        options = EmbedSettings.build(
+        options = self.encode_settings(
             method=method,
-            steps=self.steps if steps is None else steps,
+            steps=steps,
             max_steps=max_steps,
             stop_tol=stop_tol,
             attention=attention,
             prompt_format=prompt_format,
-            tau=self.tau,
             max_length=max_length,
             batch_size=batch_size,
         )
+        method = options.method
         warn_if_untrained(self.trained_for, self.adapter, options.method, options.attention)
         check_precision(precision)
         truncate_dim = self.truncate_dim if truncate_dim is None else truncate_dim
@@ -289,6 +286,39 @@ class GenerativeEmbedder:
             used_out = used.numpy() if convert_to_numpy else used
             return out, (used_out[0] if single else used_out)
         return out
+
+    def encode_settings(
+        self,
+        *,
+        method: str | None = None,
+        steps: int | str | None = None,
+        max_steps: int = 20,
+        stop_tol: float = 0.999,
+        attention: str | None = None,
+        prompt_format: str | None = None,
+        max_length: int = 512,
+        batch_size: int = 32,
+    ) -> EmbedSettings:
+        """The settings :meth:`encode` embeds with, given the same arguments (None: the model's own).
+
+        Raises:
+            ValueError: a bad method, steps, attention or prompt format.
+        """
+        if method is None or method == self.method:  # the model's settings belong to its own method
+            method = self.method
+            attention = self.attention if attention is None else attention
+            prompt_format = prompt_format or self.prompt_format
+        return EmbedSettings.build(
+            method=method,
+            steps=self.steps if steps is None else steps,
+            max_steps=max_steps,
+            stop_tol=stop_tol,
+            attention=attention,
+            prompt_format=prompt_format,
+            tau=self.tau,
+            max_length=max_length,
+            batch_size=batch_size,
+        )
 
     def encode_query(self, texts: str | list[str], **kwargs: Any) -> Any:
         """:meth:`encode` with ``prompt_name="query"`` (:data:`DEFAULT_QUERY_INSTRUCTION` unless
