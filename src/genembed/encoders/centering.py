@@ -93,7 +93,8 @@ class CentreCache:
     """The centres of one loaded model: those stored with it and, at most ``max_size``, others used lately.
 
     Attributes:
-        stored: key -> centre, loaded from the model's ``centres.safetensors`` (never dropped).
+        stored: key -> centre, loaded from the model's ``centres.safetensors`` or kept with
+            :meth:`keep` (never dropped).
         max_size: how many other centres stay in memory; the least recently used go first.
         computed: how many centres were computed (encoding the calibration texts) for this model.
     """
@@ -132,6 +133,11 @@ class CentreCache:
         self._recent[key] = value
         self._recent.move_to_end(key)
         self._trim()
+
+    def keep(self, key: str, value: torch.Tensor) -> None:
+        """Keep a centre with the stored ones, for the model's life (a server's named instructions)."""
+        self.stored[key] = value
+        self._recent.pop(key, None)
 
     def _trim(self) -> None:
         while len(self._recent) > self._max_size:

@@ -14,7 +14,8 @@ and ``cohere.ClientV2(...).embed`` work against the server.
   ``max_tokens``).
 
 v1 answers ``embeddings_floats`` (a list of vectors) without ``embedding_types`` and
-``embeddings_by_type`` with them; v2 always answers by type. Errors have the server's OpenAI shape.
+``embeddings_by_type`` with them; v2 always answers by type. ``texts`` in the answer are the texts as
+sent (before any cut). Errors have the server's OpenAI shape.
 """
 
 from __future__ import annotations
@@ -88,8 +89,8 @@ def embeddings_by_type(vectors: np.ndarray, types: list[str]) -> CohereEmbedding
 
 async def _embed(
     state: ServingState, body: CohereEmbedRequest, *, max_tokens: int | None = None
-) -> tuple[np.ndarray, list[str], int]:
-    """The request's vectors, the texts as embedded (after cutting) and their tokens."""
+) -> tuple[np.ndarray, int]:
+    """The request's vectors (of its texts cut as ``truncate`` says) and their tokens."""
     if body.images:
         raise APIError(422, "images are not supported: genembed embeds text only", param="images")
     instruction = choose_instruction(state.instructions, input_type=body.input_type)
@@ -111,8 +112,7 @@ async def _embed(
                 )
     else:
         texts = cut_texts(state.tokenizer, texts, budgets, body.truncate)
-    vectors, tokens = await embed_texts(state, texts, instruction, field="texts", cut=body.truncate == "END")
-    return vectors, texts, tokens
+    return await embed_texts(state, texts, instruction, field="texts", cut=body.truncate == "END")
 
 
 def _meta(version: str, tokens: int) -> CohereEmbedMeta:
@@ -130,8 +130,8 @@ async def embed_v1(
     body: CohereEmbedRequest, state: ServingState = Depends(get_state)
 ) -> CohereEmbedFloatsResponse | CohereEmbedByTypeResponse:
     """Embed texts; ``embedding_types`` asks for other types than float (then answered by type)."""
-    vectors, texts, tokens = await _embed(state, body)
-    meta = _meta("1", tokens)
+    vectors, tokens = await _embed(state, body)
+    texts, meta = list(body.texts), _meta("1", tokens)
     if body.embedding_types is None:
         return CohereEmbedFloatsResponse(id=str(uuid.uuid4()), embeddings=vectors.tolist(), texts=texts, meta=meta)
     embeddings = embeddings_by_type(vectors, body.embedding_types)
@@ -156,8 +156,10 @@ async def embed_v2(body: V2CohereEmbedRequest, state: ServingState = Depends(get
             f"output_dimension={body.output_dimension} exceeds the model's embedding size {state.model.dim}",
             param="output_dimension",
         )
-    vectors, texts, tokens = await _embed(state, body, max_tokens=body.max_tokens)
+    vectors, tokens = await _embed(state, body, max_tokens=body.max_tokens)
     if body.output_dimension is not None:
         vectors = truncate_dimensions(vectors, body.output_dimension)
     embeddings = embeddings_by_type(vectors, body.embedding_types or ["float"])
-    return CohereEmbedByTypeResponse(id=str(uuid.uuid4()), embeddings=embeddings, texts=texts, meta=_meta("2", tokens))
+    return CohereEmbedByTypeResponse(
+        id=str(uuid.uuid4()), embeddings=embeddings, texts=list(body.texts), meta=_meta("2", tokens)
+    )

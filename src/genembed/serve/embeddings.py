@@ -96,12 +96,14 @@ async def embed_texts(
         steps: GIRCSE's K (None: the server's default).
         field: the request field holding the texts, named in errors.
         cut: texts too long for ``max_input_tokens`` are cut by the encoder (from the end) rather
-            than refused with 413.
+            than refused with 413 (unless the instruction and template alone are too long).
     """
     steps = state.check_steps(steps)
     prompt_lengths, text_lengths = state.embedding_prompt_lengths(texts, instruction)
-    if cut:
-        prompt_lengths = [min(n, state.settings.max_input_tokens) for n in prompt_lengths]
+    if cut:  # a prompt whose instruction and template alone are too long cannot be cut to fit
+        limit = state.settings.max_input_tokens
+        pairs = zip(prompt_lengths, text_lengths, strict=True)
+        prompt_lengths = [min(n, limit) if n - t < limit else n for n, t in pairs]
     state.check_sizes(prompt_lengths, field=field, what="inputs")
     assert state.batcher is not None
     if not method_rules(

@@ -83,7 +83,7 @@ class ServingState:
         cache = centre_cache(self.model.backbone)
         before = cache.computed
         for instruction in dict.fromkeys(self.instructions.values()):
-            cache.stored[centre_key(options, instruction)] = centre(self.model.backbone, options, instruction)
+            cache.keep(centre_key(options, instruction), centre(self.model.backbone, options, instruction))
         return cache.computed - before
 
     def _encode(self, key: tuple[str, int], texts: list[str]) -> np.ndarray:
