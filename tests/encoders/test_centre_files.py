@@ -53,7 +53,7 @@ def _fresh_centre(backbone, options: EmbedSettings, instruction: str) -> torch.T
     return torch.nn.functional.normalize(raw, dim=-1).mean(dim=0)
 
 
-def test_saved_centres_are_used_on_first_use(tiny, tmp_path, monkeypatch, calibration_encodes):
+def test_saved_centres_are_used_on_first_use(tiny, tmp_path, monkeypatch, disk_cache, calibration_encodes):
     model = _centring(tiny)
     folder = model.save(tmp_path / "saved")
     assert sorted(calibration_encodes) == sorted(["", CLASSIFY, model.prompts["query"]])  # the named ones

@@ -108,3 +108,21 @@ def test_serve_subprocess_answers_and_stops_on_sigterm(tmp_path, tiny):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_centering_options_reach_the_server(tiny_folder, monkeypatch):
+    import genembed.serve
+    from genembed.encoders.centering import centre_cache
+
+    served = {}
+    monkeypatch.setattr(
+        genembed.serve, "run_server", lambda app, **kwargs: served.setdefault("state", app.state.genembed)
+    )
+    args = ["serve", "--model", str(tiny_folder), "--port", "0", "--center", "--center-named-only"]
+    result = runner.invoke(app, [*args, "--center-cache-size", "3"])
+    assert result.exit_code == 0, result.output
+    state = served["state"]
+    assert state.model.center and state.settings.center_named_only and state.settings.center_cache_size == 3
+    assert centre_cache(state.model.backbone).max_size == 3
+    result = runner.invoke(app, ["serve", "--center-cache-size", "-1"])
+    assert result.exit_code == 2 and "--center-cache-size" in result.output
