@@ -346,8 +346,9 @@ class GenerativeEmbedder:
     def save(self, folder: str | os.PathLike, *, save_backbone: bool | None = None) -> Path:
         """Write the model to ``folder`` so that ``genembed.load(folder)`` restores it with its settings.
 
-        Writes the LoRA adapter (when there is one) and ``genembed.json`` (method, steps, tau, prompt
-        format, centering, prompts, backbone), atomically; see :mod:`genembed.saving`.
+        Writes the LoRA adapter (when there is one), ``genembed.json`` (method, steps, tau, prompt
+        format, centering, prompts, backbone) and, with centering on, ``centres.safetensors`` (the
+        named instructions' centres, computed now if not yet known), atomically; see :mod:`genembed.saving`.
 
         Args:
             folder: the folder to write (replaced if it holds an earlier save).

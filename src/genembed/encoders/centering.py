@@ -14,7 +14,8 @@ encoding of the calibration texts (seconds on a CPU; docs/serving.md gives the m
 it is looked up before it is computed, in this order:
 
 1. the centres stored with the model: ``centres.safetensors`` in a folder written by ``model.save``
-   or in a shipped adapter's folder, holding its named instructions' centres (:func:`load_centres`);
+   or in a shipped adapter's folder, holding its named instructions' centres (:func:`load_centres`;
+   used at any dtype: the shipped ones were computed in float32);
 2. the centres of this loaded model used lately, at most :attr:`CentreCache.max_size`
    (:data:`DEFAULT_CACHE_SIZE`) of them, least recently used dropped first;
 3. the disk cache, keyed by a digest of the model's weights, the settings and the instruction
@@ -232,17 +233,14 @@ def load_centres(backbone: Any, folder: str | os.PathLike) -> int:
 
 
 def _weights_digest(backbone: Any) -> str:
-    """A digest of the backbone's weights (names, dtypes, shapes, sums and a sample of values): what
-    the disk cache keys by.
-
+    """A digest of the backbone's weights, what the disk cache keys by: each tensor's name, dtype, shape
+    and about 4,096 of its values, evenly spaced (reading every weight of the default model takes
+    about a second on a CPU; a training step or another checkpoint changes the sampled values too).
     Weights changed in place change it (call :func:`clear_centres` so it is computed again)."""
     h = hashlib.sha256(str(getattr(backbone, "name", "")).encode())
     with torch.no_grad():
         for name, tensor in backbone.model.state_dict().items():
-            t = tensor.detach()
-            flat = t.reshape(-1)
-            total = torch.sum(flat, dtype=torch.float64 if t.is_floating_point() else torch.int64).item()
-            h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|{total!r}|".encode())
-            sample = flat[:: max(1, flat.numel() // 4096)]  # a strided sample: catches values moved about
-            h.update(sample.float().cpu().numpy().tobytes())
+            flat = tensor.detach().reshape(-1)
+            h.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+            h.update(flat[:: max(1, flat.numel() // 4096)].float().cpu().numpy().tobytes())
     return h.hexdigest()
