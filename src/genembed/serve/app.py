@@ -63,9 +63,9 @@ def create_app(model: Any, settings: ServeSettings | None = None) -> FastAPI:
             :class:`ServeSettings()`.
 
     Returns:
-        A FastAPI app. Its lifespan starts the batcher and, with a centring model, loads or computes the
-        centres of the named instructions before the first request; on shutdown it finishes every
-        accepted request.
+        A FastAPI app. Its lifespan starts the batcher and warms the model up before the first request
+        (with a centring model, loading or computing the centres of the named instructions); on
+        shutdown it finishes every accepted request.
 
     Raises:
         ValueError: ``settings.token_encoding`` cannot be loaded.
@@ -78,7 +78,7 @@ def create_app(model: Any, settings: ServeSettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state.start()
-        computed = await state.worker.run(state.warm_centres)
+        computed = await state.worker.run(state.warm_up)
         if computed:
             logger.info("computed %d centres of named instructions (store them with model.save)", computed)
         try:

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from fastapi import Request
 
-from ..encoders.centering import centre, centre_cache, centre_key
+from ..encoders.centering import calibration_texts, centre, centre_cache, centre_key
 from ..encoders.prompts import encode_prompts
 from .batcher import EmbeddingBatcher
 from .errors import APIError
@@ -69,21 +69,30 @@ class ServingState:
             await self.batcher.close()
         self.worker.shutdown()
 
-    def warm_centres(self) -> int:
-        """With a centring model, load or compute the centres of the named instructions for requests
-        that leave the settings at their defaults, and keep them for the server's life (the cache
-        of other instructions' centres cannot push them out). Runs on the model thread before the
-        first request; returns how many had to be computed (none when they are stored with the model)."""
-        if not self.model.center:
-            return 0
+    def warm_up(self) -> int:
+        """Make the first request as fast as the next ones; runs on the model thread before it.
+
+        With a centring model, loads or computes the centres of the named instructions for requests
+        that leave the settings at their defaults, and keeps them for the server's life (the cache of
+        other instructions' centres cannot push them out). Then embeds one text, which pays the
+        one-off costs of a process's first forward pass (about a second on a CPU).
+
+        Returns:
+            How many centres had to be computed (none when they are stored with the model).
+        """
         s = self.settings
-        options = self.model.encode_settings(
-            method=s.method, steps=s.default_steps, max_length=s.max_input_tokens, batch_size=s.encode_batch_size
-        )
         cache = centre_cache(self.model.backbone)
         before = cache.computed
-        for instruction in dict.fromkeys(self.instructions.values()):
-            cache.keep(centre_key(options, instruction), centre(self.model.backbone, options, instruction))
+        if self.model.center:
+            options = self.model.encode_settings(
+                method=s.method, steps=s.default_steps, max_length=s.max_input_tokens, batch_size=s.encode_batch_size
+            )
+            for instruction in dict.fromkeys(self.instructions.values()):
+                cache.keep(centre_key(options, instruction), centre(self.model.backbone, options, instruction))
+        text = calibration_texts()[0]
+        prompt, tokens = self.embedding_prompt_lengths([text], "")  # no request runs yet: the tokenizer is free
+        if prompt[0] - tokens[0] < s.max_input_tokens:  # else no text fits and every request gets 413
+            self._encode(("", s.default_steps), [text])
         return cache.computed - before
 
     def _encode(self, key: tuple[str, int], texts: list[str]) -> np.ndarray:
