@@ -5,7 +5,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed-stamp
 TORCH_VERSION := 2.13.0
 
-.PHONY: run test test-fast setup lint format clean default-adapter joint-adapter
+.PHONY: run test test-fast setup lint format clean default-adapter joint-adapter centres
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -28,18 +28,18 @@ run: $(STAMP)
 	$(VENV)/bin/genembed demo
 
 test: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks scripts
-	$(VENV)/bin/ruff format --check src tests benchmarks scripts
+	$(VENV)/bin/ruff check src tests benchmarks experiments
+	$(VENV)/bin/ruff format --check src tests benchmarks experiments
 	$(PY) -m pytest -q
 
 # while iterating: lint and the unit tests only (no real model, no servers or subprocesses)
 test-fast: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks scripts
+	$(VENV)/bin/ruff check src tests benchmarks experiments
 	$(PY) -m pytest -q -m "not slow and not integration"
 
 format: $(STAMP)
-	$(VENV)/bin/ruff format src tests benchmarks scripts
-	$(VENV)/bin/ruff check --fix src tests benchmarks scripts
+	$(VENV)/bin/ruff format src tests benchmarks experiments
+	$(VENV)/bin/ruff check --fix src tests benchmarks experiments
 
 # Reproduce the shipped adapter (src/genembed/adapters/smollm2-135m-gircse): 300 steps of ICR at K=5,
 # then 150 more at K=10 (about 2 h 15 min of CPU step time; both stages resume after an interruption).
@@ -54,6 +54,11 @@ joint-adapter: $(STAMP)
 	test -f runs/selfgen.jsonl || $(VENV)/bin/genembed make-gen-data ../shared/data/train/*.jsonl \
 		--out runs/selfgen.jsonl --limit 600 --max-new-tokens 80
 	$(VENV)/bin/genembed train configs/gircse-smollm2-joint.yaml --resume
+
+# The centres shipped beside the adapters (centres.safetensors; their named instructions' centres, about
+# 90 s): rerun after changing an adapter, the calibration texts, a default setting or a named instruction.
+centres: $(STAMP)
+	GENEMBED_CENTRE_CACHE=off $(VENV)/bin/python experiments/make_centres.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -12,7 +12,7 @@ row loses only itself); finished rows are kept in the results JSON and skipped w
 rerun. Build time counts the library calls (training, adding / upserting, flushing), not the data
 generation. Memory: the process's resident set after the build minus before it ("index RSS") and its
 peak. Latency: one query per call, after 10 warm-up queries; Milvus goes through genembed's
-``MilvusIndex.search``, which also returns each hit's metadata. Recall@10: overlap with the exact top 10.
+``MilvusStore.search``, which also returns each hit's metadata. Recall@10: overlap with the exact top 10.
 
 Run (one thread for faiss and numpy; the machine is shared; about 1 h for both sizes):
 
@@ -228,9 +228,9 @@ def run_row(args: argparse.Namespace, name: str, size: int) -> dict:
 
 def _milvus_row(args: argparse.Namespace, spec: dict, size: int, parts: list[LazyChunk], t0: float):  # noqa: ANN202
     from genembed.encoders.settings import EmbedSettings
-    from genembed.retrieval.index import ChunkRecord
-    from genembed.retrieval.milvus_store import MilvusIndex
-    from genembed.retrieval.stores import parse_location, store_settings
+    from genembed.retrieval.milvus_store import MilvusStore
+    from genembed.retrieval.store import ChunkRecord
+    from genembed.retrieval.stores import index_settings, parse_location
 
     path = args.work / f"milvus-{size}.db"
     shutil.rmtree(path, ignore_errors=True)
@@ -240,9 +240,9 @@ def _milvus_row(args: argparse.Namespace, spec: dict, size: int, parts: list[Laz
         "embed": EmbedSettings().to_dict(),
         "chunking": None,
         "kv": None,
-        **store_settings(location, args.dim, index_type=spec["index_type"], search_params=spec["search"]),
+        **index_settings(location, args.dim, index_type=spec["index_type"], search_params=spec["search"]),
     }
-    index = MilvusIndex.create(location, manifest, overwrite=True)
+    index = MilvusStore.create(location, manifest, overwrite=True)
     for c, part in enumerate(parts):
         first = c * args.chunk
         records = [

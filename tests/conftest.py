@@ -84,23 +84,3 @@ def shared_data() -> Path:
     if not path.is_dir():
         pytest.skip(f"shared data not found at {path}")
     return path
-
-
-@pytest.fixture(scope="session")
-def load_script():
-    """``load_script("benchmarks/x.py")``: import a repository script as a module, by its path."""
-    import importlib.util
-    import sys
-
-    def load(relative: str):
-        path = Path(__file__).resolve().parents[1] / relative
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.path.insert(0, str(path.parent))  # scripts import their siblings (benchmarks/_run_info.py)
-        try:
-            spec.loader.exec_module(module)
-        finally:
-            sys.path.remove(str(path.parent))
-        return module
-
-    return load

@@ -1,5 +1,5 @@
 """Before/after guard: the tiny model's embeddings, index vectors and training losses are those
-``scripts/make_golden.py`` stored (tests/assets/golden/golden.npz) before the refactoring of issue 23."""
+``tests/golden/make_golden.py`` stored (tests/assets/golden/golden.npz) before the refactoring of issue 23."""
 
 from __future__ import annotations
 
@@ -8,12 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from .golden.make_golden import compute_golden
+
 GOLDEN = Path(__file__).resolve().parent / "assets" / "golden" / "golden.npz"
 
 
 @pytest.fixture(scope="module")
-def recomputed(load_script):
-    return load_script("scripts/make_golden.py").compute_golden()
+def recomputed():
+    return compute_golden()
 
 
 @pytest.fixture(scope="module")

@@ -58,7 +58,7 @@ def _same_model(a: GenerativeEmbedder, b: GenerativeEmbedder) -> None:
 def test_in_memory_model_saves_weights_and_settings(tmp_path, tiny):
     model = _customised(GenerativeEmbedder(tiny))
     folder = model.save(tmp_path / "saved")
-    assert sorted(p.name for p in folder.iterdir()) == ["backbone", "centres.safetensors", "genembed.json"]
+    assert sorted(p.name for p in folder.iterdir()) == ["README.md", "backbone", "centres.safetensors", "genembed.json"]
     settings = json.loads((folder / "genembed.json").read_text())
     assert settings["backbone"] == {"name": "tiny-llama-0", "source": "backbone/"}
     assert settings["encode"] == {
@@ -93,21 +93,94 @@ def test_adapter_on_an_in_memory_backbone_saves_base_and_adapter(tmp_path, tiny)
     np.testing.assert_allclose(genembed.load(folder, adapter=False).encode(TEXTS), base, atol=1e-6)
 
 
-def test_a_backbone_with_a_source_is_referenced_not_copied(tmp_path, tiny):
+def test_a_local_backbone_is_copied_or_referenced_relative_to_the_folder(tmp_path, tiny):
     tiny.model.save_pretrained(tmp_path / "base")
     tiny.tokenizer.save_pretrained(tmp_path / "base")
     model = genembed.load(tmp_path / "base")
     _lora(model.backbone)
     model.adapter = "my-lora"
+    # by default a backbone loaded from a local folder travels with the save: the folder is portable
     folder = model.save(tmp_path / "saved")
+    assert json.loads((folder / "genembed.json").read_text())["backbone"]["source"] == "backbone/"
+    _same_model(model, genembed.load(folder))
+    # save_backbone=False references it by a path relative to the saved folder, never an absolute one
+    folder = model.save(tmp_path / "models" / "saved", save_backbone=False)
     assert "backbone" not in {p.name for p in folder.iterdir()}
     settings = json.loads((folder / "genembed.json").read_text())
-    assert settings["backbone"]["source"] == str((tmp_path / "base").resolve())
-    _same_model(model, genembed.load(folder))
+    assert settings["backbone"]["source"] == "../../base"
+    shutil.move(tmp_path, tmp_path.parent / (tmp_path.name + "-moved"))  # both folders move together
+    moved = tmp_path.parent / (tmp_path.name + "-moved")
+    _same_model(model, genembed.load(moved / "models" / "saved"))
     # the referenced backbone gone: a clear error naming the settings file
-    shutil.rmtree(tmp_path / "base")
+    shutil.rmtree(moved / "base")
     with pytest.raises(MissingModelError, match=r"genembed.json: backbone.source .* save_backbone=True"):
-        genembed.load(folder)
+        genembed.load(moved / "models" / "saved")
+
+
+def _text_files(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): p.read_text() for p in folder.rglob("*") if p.suffix in (".json", ".md", ".yaml")
+    }
+
+
+def test_saved_files_hold_no_machine_path_and_saving_warns_nothing(tmp_path, tiny, recwarn):
+    import warnings
+
+    tiny.model.save_pretrained(tmp_path / "base")
+    tiny.tokenizer.save_pretrained(tmp_path / "base")
+    model = genembed.load(tmp_path / "base")
+    _lora(model.backbone)
+    model.adapter = "my-lora"
+    warnings.simplefilter("always")
+    recwarn.clear()
+    folder = model.save(tmp_path / "saved", save_backbone=False)
+    assert [str(w.message) for w in recwarn] == []  # no hub lookup by peft, no other warning
+    files = _text_files(folder)
+    assert {"README.md", "adapter_config.json", "genembed.json"} <= set(files)
+    for name, text in files.items():
+        assert str(tmp_path) not in text and str(Path.home()) not in text, name
+    assert json.loads(files["adapter_config.json"])["base_model_name_or_path"] == "base"  # by name
+    # the in-memory adapter keeps where it came from
+    assert model.backbone.model.peft_config["default"].base_model_name_or_path == str(tmp_path / "base")
+
+
+def test_the_model_card_says_what_the_model_is_and_how_it_was_trained(tmp_path, tiny):
+    import yaml
+
+    adapter_dir = tmp_path / "runs" / "stage2"
+    model = _customised(GenerativeEmbedder(_lora(tiny), adapter="stage2"))
+    model.method, model.steps = "mean", 4
+    model.backbone.model.save_pretrained(adapter_dir)
+    config = {
+        "embedding": {"method": "mean", "attention": "causal", "steps": 4},
+        "loss": {"temperature": 0.02},
+        "data": {"files": [{"path": str(tmp_path / "data" / "snli.jsonl")}, {"path": "../data/wikiqa.jsonl"}]},
+        "train": {"max_steps": 150, "lr": 1e-4, "schedule": "cosine", "precision": "bf16", "seed": 7},
+        "lora": {"enabled": True, "r": 4, "alpha": 16.0, "target_modules": "all-linear", "init_from": None},
+        "generative": {"files": [], "weight": 1.0},
+    }
+    (adapter_dir / "genembed_train.yaml").write_text(yaml.safe_dump(config))
+    model.adapter_path = str(adapter_dir)
+    folder = model.save(tmp_path / "my-embedder", scores={"toy-sts": 71.234, "toy-cls": 55.0})
+    card = (folder / "README.md").read_text()
+    assert card.startswith("---\nlibrary_name: genembed\n") and "- mean" in card
+    assert "# my-embedder" in card and 'genembed.load("my-embedder")' in card
+    assert "the decoder LLM `tiny-llama-0` with the LoRA adapter `stage2`" in card
+    for row in ("| method | mean |", "| soft tokens K (steps) | 4 |", "| tau | 0.7 |", "| similarity | dot |"):
+        assert row in card, row
+    assert '- `query`: "Find the topic."' in card and '- `classification`: "Classify the text." (the default)' in card
+    assert "method `mean` with causal attention, K=4, loss temperature 0.02" in card
+    assert "Data: snli.jsonl, wikiqa.jsonl" in card and "150 steps, learning rate 0.0001 (cosine)" in card
+    assert "| toy-sts | 71.23 |" in card and "| toy-cls | 55.00 |" in card
+    saved_config = yaml.safe_load((folder / "genembed_train.yaml").read_text())
+    assert saved_config["data"]["files"][0]["path"] == "snli.jsonl"  # no absolute path of this machine
+    assert saved_config["data"]["files"][1]["path"] == "../data/wikiqa.jsonl"
+    loaded = genembed.load(folder)
+    assert loaded.trained_for.method == "mean"  # the training config travels with the adapter
+    # saved again from the loaded copy: the same card
+    assert (
+        loaded.save(tmp_path / "again" / "my-embedder", scores={"toy-sts": 71.234, "toy-cls": 55.0}) / "README.md"
+    ).read_text() == card
 
 
 def test_save_replaces_an_earlier_save_atomically_and_protects_other_folders(tmp_path, tiny, monkeypatch):

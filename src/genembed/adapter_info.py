@@ -18,7 +18,14 @@ from pathlib import Path
 
 from .encoders.methods import DEFAULT_METHOD, METHOD_RULES
 
-__all__ = ["CONFIG_NAMES", "TrainedFor", "UntrainedAdapterWarning", "read_trained_for", "warn_if_untrained"]
+__all__ = [
+    "CONFIG_NAMES",
+    "TrainedFor",
+    "UntrainedAdapterWarning",
+    "read_trained_for",
+    "read_training_config",
+    "warn_if_untrained",
+]
 
 CONFIG_NAMES = ("genembed_train.yaml", "training_config.yaml")
 
@@ -49,37 +56,49 @@ class TrainedFor:
         )
 
 
+def read_training_config(adapter_path: str | os.PathLike) -> tuple[Path, dict] | None:
+    """``(file, config)``: the training config saved beside the adapter in ``adapter_path``, or None.
+
+    Raises:
+        DamagedFileError: the file is not readable YAML.
+        ValueError: the saved config is not a YAML mapping (the message names the file).
+    """
+    import yaml
+
+    path = next((Path(adapter_path) / n for n in CONFIG_NAMES if (Path(adapter_path) / n).is_file()), None)
+    if path is None:
+        return None
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        from ._files import DamagedFileError
+
+        raise DamagedFileError(
+            f"{path} is not readable YAML ({exc}): the file is damaged. Copy the adapter folder again."
+        ) from exc
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: expected a YAML mapping (a genembed training config)")
+    return path, config
+
+
 def read_trained_for(adapter_path: str | os.PathLike) -> TrainedFor | None:
     """The :class:`TrainedFor` of the adapter in ``adapter_path``; None when no training config was saved.
 
     Raises:
         ValueError: the saved config is not a YAML mapping (the message names the file).
     """
-    import yaml
-
-    for name in CONFIG_NAMES:
-        path = Path(adapter_path) / name
-        if not path.is_file():
-            continue
-        try:
-            config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except (yaml.YAMLError, UnicodeDecodeError) as exc:
-            from ._files import DamagedFileError
-
-            raise DamagedFileError(
-                f"{path} is not readable YAML ({exc}): the file is damaged. Copy the adapter folder again."
-            ) from exc
-        if not isinstance(config, dict):
-            raise ValueError(f"{path}: expected a YAML mapping (a genembed training config)")
-        embedding = config.get("embedding") or {}
-        generative = config.get("generative") or {}
-        method = str(embedding.get("method", DEFAULT_METHOD))
-        attention = str(embedding.get("attention", "causal"))
-        if method in METHOD_RULES:  # an unknown method fails when used, with the list of methods
-            attention = METHOD_RULES[method].attention(attention)
-        generation = bool(generative.get("files")) and float(generative.get("weight", 1.0)) > 0
-        return TrainedFor(method, attention, generation, str(path))
-    return None
+    found = read_training_config(adapter_path)
+    if found is None:
+        return None
+    path, config = found
+    embedding = config.get("embedding") or {}
+    generative = config.get("generative") or {}
+    method = str(embedding.get("method", DEFAULT_METHOD))
+    attention = str(embedding.get("attention", "causal"))
+    if method in METHOD_RULES:  # an unknown method fails when used, with the list of methods
+        attention = METHOD_RULES[method].attention(attention)
+    generation = bool(generative.get("files")) and float(generative.get("weight", 1.0)) > 0
+    return TrainedFor(method, attention, generation, str(path))
 
 
 def warn_if_untrained(trained_for: TrainedFor | None, adapter: str | None, method: str, attention: str) -> None:

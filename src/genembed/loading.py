@@ -97,7 +97,7 @@ def load(
         tau: GIRCSE soft-token softmax temperature (None: the saved model's, else 1.0).
         center: per-instruction centering in ``encode`` by default (see
             :mod:`genembed.encoders.centering`). None: the saved model's setting; else on with a
-            shipped adapter, where it was measured to help (MODEL_CARD.md), off otherwise. The
+            shipped adapter, where it was measured to help (docs/experiments.md), off otherwise. The
             centres stored with the weights (``centres.safetensors`` in the saved folder or the
             adapter folder) are used, so their instructions cost no calibration encode.
         generation_adapter: the weights chat, reranking, RAG answers and stored KV states use. None: as
@@ -186,6 +186,8 @@ def _load_saved(
         source = None
     elif source == f"{BACKBONE_SUBFOLDER}/":
         source = folder / BACKBONE_SUBFOLDER
+    elif source.startswith(("./", "../")):  # a local backbone saved with save_backbone=False
+        source = folder / source
     try:
         backbone = load_backbone(source, dtype=dtype, device=device)
     except MissingModelError as exc:

@@ -233,13 +233,13 @@ class GenerativeEmbedder:
             default_prompt_name=self.default_prompt_name,
         )
         normalize = _one_flag("normalize", normalize, "normalize_embeddings", normalize_embeddings, default=True)
-        options = self.encode_settings(
+        options = self.embed_settings(
             method=method,
             steps=steps,
-            max_steps=max_steps,
-            stop_tol=stop_tol,
             attention=attention,
             prompt_format=prompt_format,
+            max_steps=max_steps,
+            stop_tol=stop_tol,
             max_length=max_length,
             batch_size=batch_size,
         )
@@ -287,37 +287,44 @@ class GenerativeEmbedder:
             return out, (used_out[0] if single else used_out)
         return out
 
-    def encode_settings(
+    def embed_settings(
         self,
         *,
         method: str | None = None,
         steps: int | str | None = None,
-        max_steps: int = 20,
-        stop_tol: float = 0.999,
         attention: str | None = None,
         prompt_format: str | None = None,
-        max_length: int = 512,
-        batch_size: int = 32,
+        **fields: Any,
     ) -> EmbedSettings:
-        """The settings :meth:`encode` embeds with, given the same arguments (None: the model's own).
+        """The settings :meth:`encode` embeds with: the model's own (``method``, ``steps``, ``attention``,
+        ``prompt_format``, ``tau``, as :meth:`save` records them), each replaced by the one given.
+
+        Every path that embeds with a loaded model (the CLI's ``encode``, ``index build``, ``eval``,
+        ``serve``, ``mine-negatives``) builds its settings here, so a saved model's settings hold
+        unless an option says otherwise.
+
+        Args:
+            method: None: ``model.method``. Another method brings its own attention and prompt format
+                defaults (the model's belong to its own method).
+            steps: None: ``model.steps``; ``"auto"`` for adaptive steps (capped by ``max_steps``).
+            attention, prompt_format: None: the model's (with its own method), else the method's.
+            **fields: further :class:`~genembed.encoders.settings.EmbedSettings` fields (``max_length``,
+                ``batch_size``, ``max_steps``, ...); ``tau`` defaults to ``model.tau``.
 
         Raises:
-            ValueError: a bad method, steps, attention or prompt format.
+            ValueError: a bad setting (the message names it).
         """
-        if method is None or method == self.method:  # the model's settings belong to its own method
+        if method is None or method == self.method:
             method = self.method
             attention = self.attention if attention is None else attention
             prompt_format = prompt_format or self.prompt_format
+        fields.setdefault("tau", self.tau)
         return EmbedSettings.build(
             method=method,
             steps=self.steps if steps is None else steps,
-            max_steps=max_steps,
-            stop_tol=stop_tol,
             attention=attention,
             prompt_format=prompt_format,
-            tau=self.tau,
-            max_length=max_length,
-            batch_size=batch_size,
+            **fields,
         )
 
     def encode_query(self, texts: str | list[str], **kwargs: Any) -> Any:
@@ -343,36 +350,46 @@ class GenerativeEmbedder:
 
         return similarity_pairwise(a, b, similarity_fn_name or self.similarity_fn_name)
 
-    def save(self, folder: str | os.PathLike, *, save_backbone: bool | None = None) -> Path:
+    def save(
+        self,
+        folder: str | os.PathLike,
+        *,
+        save_backbone: bool | None = None,
+        scores: dict[str, float] | None = None,
+    ) -> Path:
         """Write the model to ``folder`` so that ``genembed.load(folder)`` restores it with its settings.
 
-        Writes the LoRA adapter (when there is one), ``genembed.json`` (method, steps, tau, prompt
-        format, centering, prompts, backbone) and, with centering on, ``centres.safetensors`` (the
-        named instructions' centres, computed now if not yet known), atomically; see :mod:`genembed.saving`.
+        Writes the LoRA adapter (when there is one) with its training config, ``genembed.json``
+        (method, steps, tau, prompt format, centering, prompts, backbone), a model card (``README.md``)
+        and, with centering on, ``centres.safetensors`` (the named instructions' centres, computed now
+        if not yet known), atomically, with no absolute path of this machine; see :mod:`genembed.saving`.
 
         Args:
             folder: the folder to write (replaced if it holds an earlier save).
             save_backbone: also write the backbone's weights and tokenizer. None: only when the backbone
-                cannot be found again by name (an in-memory model) or there is no adapter.
+                cannot be found by name on another machine (built in memory, or loaded from a local
+                folder or .gguf file).
+            scores: task name: score (x100), shown in the model card.
 
         Returns:
             The folder.
         """
         from .saving import save_model
 
-        return save_model(self, folder, save_backbone=save_backbone)
+        return save_model(self, folder, save_backbone=save_backbone, scores=scores)
 
     def inspect(
         self,
         text: str,
         *,
         instruction: str | None = None,
-        steps: int = 5,
+        steps: int | None = None,
         top: int = 8,
         prompt_format: str | None = None,
     ) -> list[SoftTokenStep]:
-        """Per GIRCSE step, the ``top`` most probable vocabulary tokens of the soft token ``p_k``."""
-        options = EmbedSettings.build(method=SOFT_TOKEN_METHOD, steps=steps, prompt_format=prompt_format, tau=self.tau)
+        """Per GIRCSE step, the ``top`` most probable vocabulary tokens of the soft token ``p_k``
+        (``steps`` None: ``model.steps``)."""
+        options = self.embed_settings(method=SOFT_TOKEN_METHOD, steps=steps, prompt_format=prompt_format)
         return inspect_soft_tokens(self.backbone, text, options, instruction=instruction or "", top=top)
 
     def generate(

@@ -8,17 +8,21 @@ A saved folder holds:
 - ``generation/``: the generation adapter loaded beside it, when there is one (peft's layout for a
   second adapter);
 - ``backbone/``: the backbone's weights and tokenizer (a transformers folder), when they cannot be
-  found again by name (a model built in memory) or when asked with ``save_backbone=True``.
+  found again by name on another machine (a model built in memory, or loaded from a local folder or
+  .gguf file) or when asked with ``save_backbone=True``;
+- the adapter's training config (``genembed_train.yaml`` or ``training_config.yaml``), when it has one;
+- ``README.md``: a model card (:mod:`genembed.model_card`).
 
 ``genembed.json`` records the backbone by what loads it (``"bundled"`` for the bundled default, a hub
-id, an absolute path, or ``"backbone/"`` inside the folder), the encoding defaults (method, steps,
-attention, prompt format, tau, centering, truncate_dim), the named instructions (``prompts``,
-``default_prompt_name``), ``similarity_fn_name``, which weights generation uses (and the generation
-adapter's name), and, with
+id, ``"backbone/"`` inside the folder, or, saved with ``save_backbone=False``, a local folder's path
+relative to the saved one, ``"../base"``), the encoding defaults (method, steps, attention, prompt
+format, tau, centering, truncate_dim), the named instructions (``prompts``, ``default_prompt_name``),
+``similarity_fn_name``, which weights generation uses (and the generation adapter's name), and, with
 centering on, a digest of the calibration texts the centres come from, so that a change to the
 bundled texts is reported on load. With centering on, ``centres.safetensors`` holds the centres of
 the named instructions (:func:`genembed.encoders.centering.save_centres`), so the first ``encode``
-with one of them after loading computes none. Copy the folder into the HF cache layout
+with one of them after loading computes none. No saved file holds an absolute path of the machine
+that wrote it (``adapter_config.json`` names the base model by name). Copy the folder into the HF cache layout
 (``models--org--name/snapshots/<rev>/``, e.g. by uploading it and downloading it with ``hf download``)
 and ``genembed.load("org/name")`` finds it offline.
 """
@@ -27,34 +31,58 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+import yaml
 
 from . import __version__
+from .adapter_info import read_training_config
 from .backbone.cache import atomic_directory
+from .backbone.default_model import DEFAULT_MODEL_HUB_ID
+from .backbone.loading import BUNDLED
+from .model_card import model_card, portable
 
 if TYPE_CHECKING:
     from .model import GenerativeEmbedder
 
-__all__ = ["BACKBONE_SUBFOLDER", "FORMAT", "SETTINGS_FILE", "calibration_digest", "read_settings", "save_model"]
+__all__ = [
+    "BACKBONE_SUBFOLDER",
+    "CARD_FILE",
+    "FORMAT",
+    "SETTINGS_FILE",
+    "calibration_digest",
+    "read_settings",
+    "save_model",
+]
 
 SETTINGS_FILE = "genembed.json"
+CARD_FILE = "README.md"  # the model card (genembed.model_card)
 BACKBONE_SUBFOLDER = "backbone"
 FORMAT = 1  # genembed.json layout version
 _ENCODE_KEYS = ("method", "steps", "attention", "prompt_format", "tau", "center", "truncate_dim")
 _MODEL_KEYS = ("prompts", "default_prompt_name", "similarity_fn_name", "generation_adapter", "generation_adapter_name")
 
 
-def save_model(model: GenerativeEmbedder, folder: str | os.PathLike, *, save_backbone: bool | None = None) -> Path:
+def save_model(
+    model: GenerativeEmbedder,
+    folder: str | os.PathLike,
+    *,
+    save_backbone: bool | None = None,
+    scores: Mapping[str, float] | None = None,
+) -> Path:
     """Write ``model`` into ``folder`` atomically (see the module docstring); return the folder.
 
     Args:
         model: the model to save.
         folder: where to write; an existing folder is replaced only if it is empty or an earlier save.
-        save_backbone: also write the backbone's weights into ``folder/backbone``. None: only when the
-            backbone has no source to load it from again. Pass True after changing its weights in place.
+        save_backbone: also write the backbone's weights into ``folder/backbone``. None: when the
+            backbone cannot be found by name on another machine (built in memory, or loaded from a
+            local folder or .gguf file). False with a local backbone records its path relative to
+            ``folder``. Pass True after changing its weights in place.
+        scores: task name: score (x100), for the model card, when you know them.
 
     Raises:
         ValueError: ``folder`` exists and holds something other than a genembed save.
@@ -67,29 +95,69 @@ def save_model(model: GenerativeEmbedder, folder: str | os.PathLike, *, save_bac
     backbone = model.backbone
     lm = backbone.model
     has_adapter = hasattr(lm, "peft_config")
+    local = backbone.source is not None and os.path.isabs(backbone.source)
     if save_backbone is None:
-        save_backbone = backbone.source is None
+        save_backbone = backbone.source is None or local
+    training = read_training_config(model.adapter_path) if has_adapter and model.adapter_path else None
     with atomic_directory(folder, replace=True) as tmp:
         if has_adapter:
-            lm.save_pretrained(tmp, safe_serialization=True)
+            _save_adapters(lm, tmp, base_model=backbone.name)
         if save_backbone:
             _save_base_weights(lm, backbone.tokenizer, tmp / BACKBONE_SUBFOLDER)
+        if training is not None:  # how the adapter was trained: read back by load() (adapter_info) and the card
+            config = yaml.safe_dump(portable(training[1]), sort_keys=False)
+            (tmp / training[0].name).write_text(config, encoding="utf-8")
+        source = backbone.source
+        if save_backbone:
+            source = f"{BACKBONE_SUBFOLDER}/"
+        elif local:  # no machine's absolute path in a saved file
+            source = Path(os.path.relpath(source, folder.resolve())).as_posix()
+            source = source if source.startswith(".") else f"./{source}"
         settings = {
             "format": FORMAT,
             "genembed_version": __version__,
-            "backbone": {
-                "name": backbone.name,
-                "source": f"{BACKBONE_SUBFOLDER}/" if save_backbone else backbone.source,
-            },
+            "backbone": {"name": backbone.name, "source": source},
             "adapter": model.adapter if has_adapter else None,
             "encode": {key: getattr(model, key) for key in _ENCODE_KEYS},
             **{key: getattr(model, key) for key in _MODEL_KEYS},
             "calibration_sha256": calibration_digest() if model.center else None,
         }
         (tmp / SETTINGS_FILE).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+        card = model_card(
+            settings,
+            title=folder.resolve().name,
+            base_model=_hub_id(backbone),
+            training=portable(training[1]) if training else None,
+            scores=scores,
+        )
+        (tmp / CARD_FILE).write_text(card, encoding="utf-8")
         if model.center:
             _save_named_centres(model, tmp)
     return folder
+
+
+def _hub_id(backbone: Any) -> str | None:
+    """The backbone's hub id (the model card's ``base_model``), or None when it was not loaded by one."""
+    if backbone.source == BUNDLED:
+        return DEFAULT_MODEL_HUB_ID
+    if backbone.source and not os.path.isabs(backbone.source):
+        return backbone.source
+    return None
+
+
+def _save_adapters(lm: Any, out: Path, *, base_model: str) -> None:
+    """peft's adapter files, naming the base model by ``base_model`` (not the local folder it was loaded
+    from) and without peft's hub lookup: genembed never resizes the vocabulary, so the embedding matrices
+    never need saving with the adapter. peft's empty model card is replaced by the caller's."""
+    configs = lm.peft_config.values()
+    before = [config.base_model_name_or_path for config in configs]
+    try:
+        for config in configs:
+            config.base_model_name_or_path = base_model
+        lm.save_pretrained(out, safe_serialization=True, save_embedding_layers=False)
+    finally:
+        for config, name in zip(configs, before, strict=True):
+            config.base_model_name_or_path = name
 
 
 def read_settings(folder: str | os.PathLike) -> dict[str, Any]:
@@ -128,7 +196,7 @@ def _save_named_centres(model: GenerativeEmbedder, folder: Path) -> None:
     from .encoders.centering import save_centres
 
     named = [instruction for instruction in model.prompts.values() if instruction is not None]
-    save_centres(model.backbone, folder, model.encode_settings(), named)
+    save_centres(model.backbone, folder, model.embed_settings(), named)
 
 
 def _save_base_weights(lm: Any, tokenizer: Any, out: Path) -> None:

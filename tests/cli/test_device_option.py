@@ -55,7 +55,7 @@ def test_every_model_command_takes_device_cpu(tmp_path, tiny_folder, devices, mo
     monkeypatch.setattr(genembed.serve, "run_server", lambda *a, **k: None)  # build the app, do not serve it
 
     commands = [
-        ["demo", *model, "--steps", "1", "--top-k", "1"],
+        ["demo", *model, "--steps", "1", "--top", "1"],
         ["inspect", "hello", *model, "--steps", "2"],
         ["encode", str(docs), "--out", str(tmp_path / "emb"), *model, "--steps", "1", "--quiet"],
         ["chat", "--prompt", "hi", "--max-new-tokens", "2", *model],
@@ -63,7 +63,7 @@ def test_every_model_command_takes_device_cpu(tmp_path, tiny_folder, devices, mo
         ["eval", str(task), *model, "--steps", "1", "--no-cache", "--out", str(tmp_path / "res.json")],
         ["index", "build", str(docs), "--out", str(tmp_path / "idx"), *model, "--steps", "1"],
         ["index", "add", str(tmp_path / "idx"), str(_jsonl(tmp_path / "more.jsonl", [{"id": 9, "text": "dogs"}]))],
-        ["ask", str(tmp_path / "idx"), "what about cats?", "--max-new-tokens", "2", "--top-k", "1", *model],
+        ["ask", str(tmp_path / "idx"), "what about cats?", "--max-new-tokens", "2", "--top", "1", *model],
         [
             "make-gen-data",
             str(docs),

@@ -183,14 +183,14 @@ def test_corpus_encoding_centres_like_the_model(tiny_model, tmp_path):
 
 
 def test_an_index_built_by_a_centring_model_centres_queries_and_chunks(tiny_model, tmp_path):
-    from genembed.retrieval.index import Index
+    from genembed.retrieval.faiss_store import FaissStore
     from genembed.retrieval.index_build import build_index
 
     path = tmp_path / "docs.jsonl"
     path.write_text("".join(json.dumps({"id": str(i), "text": t}) + "\n" for i, t in enumerate(TEXTS)), "utf-8")
     tiny_model.center = True
     build_index(tiny_model, [path], tmp_path / "idx", chunk_tokens=64, overlap=3, show_progress_bar=False)
-    index = Index.load(tmp_path / "idx")
+    index = FaissStore.load(tmp_path / "idx")
     assert index.config.center is True
     texts = [c.embed_text for c in index.chunks]
     assert sorted(texts) == sorted(TEXTS)

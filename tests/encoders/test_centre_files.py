@@ -65,7 +65,7 @@ def test_saved_centres_are_used_on_first_use(tiny, tmp_path, monkeypatch, disk_c
     classified = loaded.encode(TEXTS, prompt_name="classification")
     assert calibration_encodes == []
     # the stored centres are the ones computed afresh, so the vectors are the same
-    options = loaded.encode_settings()
+    options = loaded.embed_settings()
     for got, instruction in ((query, model.prompts["query"]), (classified, CLASSIFY)):
         raw = loaded.encode(TEXTS, instruction=instruction, center=False)
         expected = torch.nn.functional.normalize(
@@ -107,7 +107,7 @@ def test_the_memory_cache_keeps_at_most_its_size(tiny, disk_cache, calibration_e
         model.encode(TEXTS[:1], instruction=f"Task {i}.")
         assert len(cache) <= 2
     assert len(cache) == 2 and cache.computed == 5
-    options = model.encode_settings()
+    options = model.embed_settings()
     assert cache.get(centering.centre_key(options, "Task 4.")) is not None  # the latest stay
     assert cache.get(centering.centre_key(options, "Task 0.")) is None
     cache.max_size = 1  # shrinking drops the oldest at once
@@ -155,7 +155,7 @@ def test_the_shipped_centres_are_the_computed_ones(monkeypatch, calibration_enco
     monkeypatch.setenv(centre_files.CACHE_ENV, "off")
     model = genembed.load(dtype="float32", device="cpu")
     stored = centre_cache(model.backbone).stored
-    options = model.encode_settings()
+    options = model.embed_settings()
     instructions = list(named_instructions(model).values())
     assert sorted(stored) == sorted(centering.centre_key(options, i) for i in instructions)
     model.encode(TEXTS, prompt_name="query")

@@ -29,7 +29,7 @@ def test_eval_sweep_writes_json_markdown_and_plot(tiny_folder, toy_tasks, tmp_pa
         str(tiny_folder),
         "--steps",
         "1,2",
-        "--cache",
+        "--cache-file",
         str(tmp_path / "c.sqlite"),
     ]
     result = runner.invoke(app, [*args, "--out", str(out)])
@@ -53,7 +53,7 @@ def test_eval_sweep_writes_json_markdown_and_plot(tiny_folder, toy_tasks, tmp_pa
 
 def test_eval_center_flag_centres_after_the_cache(tiny_folder, toy_tasks, tmp_path):
     args = ["eval", str(toy_tasks / "toy-sts"), "--model", str(tiny_folder), "--steps", "2"]
-    args += ["--cache", str(tmp_path / "c.sqlite")]
+    args += ["--cache-file", str(tmp_path / "c.sqlite")]
     reports = {}
     for flag in ("--no-center", "--center"):
         out = tmp_path / f"{flag}.json"

@@ -6,7 +6,7 @@ import re
 from typer.testing import CliRunner
 
 from genembed.cli.app import app
-from genembed.retrieval.index import Index
+from genembed.retrieval.faiss_store import FaissStore
 
 runner = CliRunner()
 
@@ -32,13 +32,13 @@ def test_build_add_info_and_ask(model_dir, docs_file, more_file, tmp_path):
     result = runner.invoke(app, ["index", "info", str(out)])
     assert result.exit_code == 0 and "mean, causal attention" in result.output
 
-    result = runner.invoke(app, ["ask", str(out), "capital of France?", "--cache", "doc", "--top-k", "2"])
+    result = runner.invoke(app, ["ask", str(out), "capital of France?", "--cache", "doc", "--top", "2"])
     assert result.exit_code == 0, result.output
     assert "sources" in result.output and "cache=doc (doc_first)" in result.output
     listed = re.findall(r"│ [12] │ (\w+#\d+) ", result.output)  # the sources' chunk ids
-    assert len(listed) == 2 and set(listed) <= {c.id for c in Index.load(out).chunks}
+    assert len(listed) == 2 and set(listed) <= {c.id for c in FaissStore.load(out).chunks}
     assert "(0 recomputed)" in result.output
-    args = ["ask", str(out), "capital of France?", "--cache", "doc", "--top-k", "2", "--recompute", "1"]
+    args = ["ask", str(out), "capital of France?", "--cache", "doc", "--top", "2", "--recompute", "1"]
     result = runner.invoke(app, args)  # every token of the second passage
     recomputed = re.search(r"\((\d+) recomputed\)", result.output)
     assert result.exit_code == 0 and recomputed and int(recomputed.group(1)) > 0, result.output

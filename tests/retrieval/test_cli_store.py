@@ -29,7 +29,7 @@ def test_milvus_build_info_ask_add_delete(model_dir, docs_file, more_file, tmp_p
     assert "Milvus AUTOINDEX, inner product" in result.output and f"{tmp_path}/idx.kv" in result.output
     n = len(open_index(where))
 
-    result = _run("ask", where, "capital of France?", "--cache", "doc", "--top-k", "2", "--filter", 'doc_id == "fox"')
+    result = _run("ask", where, "capital of France?", "--cache", "doc", "--top", "2", "--filter", 'doc_id == "fox"')
     assert result.exit_code == 0, result.output
     assert re.findall(r"│ [12] │ (fox#\d+) ", result.output) and "cache=doc (doc_first)" in result.output
 
@@ -61,7 +61,7 @@ def test_import_encoded_shards_and_faiss_factories(model_dir, tmp_path):
         )  # fmt: skip
         assert result.exit_code == 0, result.output
         assert shown in result.output and "imported from" in result.output
-        result = _run("ask", out, "capital of France?", "--top-k", "1", "--max-new-tokens", "2")
+        result = _run("ask", out, "capital of France?", "--top", "1", "--max-new-tokens", "2")
         assert result.exit_code == 0 and re.findall(r"│ 1 │ (\w+#0) ", result.output), result.output
 
 
@@ -91,7 +91,7 @@ def test_build_and_ask_in_separate_processes(model_dir, docs_file, tmp_path):
     build = [*cli, "index", "build", str(docs_file), "--out", where, "--model", str(model_dir), *SMALL]
     done = subprocess.run(build, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    ask = [*cli, "ask", where, "capital of France?", "--top-k", "2", "--max-new-tokens", "2"]
+    ask = [*cli, "ask", where, "capital of France?", "--top", "2", "--max-new-tokens", "2"]
     done = subprocess.run([*ask, "--filter", 'doc_id == "guitar"'], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert re.findall(r"│ [12] │ (guitar#\d+) ", done.stdout) and "Traceback" not in done.stderr

@@ -11,7 +11,7 @@ import pytest
 from genembed.encoders import EmbedSettings
 from genembed.encoders.corpus import encode_corpus, load_corpus_embeddings
 from genembed.retrieval.encoded_import import import_encoded
-from genembed.retrieval.milvus_store import MilvusIndex, chunk_key
+from genembed.retrieval.milvus_store import MilvusStore, chunk_key
 from genembed.retrieval.stores import open_index
 
 from .conftest import DOCS, MORE, write_jsonl
@@ -64,7 +64,7 @@ def test_an_interrupted_milvus_import_resumes_without_duplicates(encoded, tmp_pa
     corpus, emb = encoded
     where = f"milvus:{tmp_path}/idx.db"
     calls: list[int] = []
-    real_upsert = MilvusIndex.upsert
+    real_upsert = MilvusStore.upsert
 
     def crash_on_third_shard(self, records, *args, **kwargs):
         calls.append(len(records))
@@ -72,10 +72,10 @@ def test_an_interrupted_milvus_import_resumes_without_duplicates(encoded, tmp_pa
             raise KeyboardInterrupt
         return real_upsert(self, records, *args, **kwargs)
 
-    monkeypatch.setattr(MilvusIndex, "upsert", crash_on_third_shard)
+    monkeypatch.setattr(MilvusStore, "upsert", crash_on_third_shard)
     with pytest.raises(KeyboardInterrupt):
         import_encoded(emb, corpus, where, show_progress_bar=False)
-    assert len(MilvusIndex.open(where, allow_incomplete=True)) == 4  # shards 0 and 1
+    assert len(MilvusStore.open(where, allow_incomplete=True)) == 4  # shards 0 and 1
     calls.clear()
     resumed = import_encoded(emb, corpus, where, show_progress_bar=False)
     assert calls == [2, 1] and len(resumed) == 7  # shards 2 and 3 only; 7 records, none twice
@@ -98,3 +98,14 @@ def test_import_checks_its_inputs(encoded, tmp_path):
     (emb / "config.json").write_text(json.dumps({**config, "normalize": False}))
     with pytest.raises(ValueError, match="--no-normalize"):
         import_encoded(emb, corpus, tmp_path / "x", show_progress_bar=False)
+
+
+def test_a_faiss_import_reads_the_shards_in_place(tiny_model, encoded, tmp_path, monkeypatch):
+    from genembed.retrieval import faiss_store
+
+    corpus, emb = encoded
+    monkeypatch.setattr(faiss_store, "atomic_write_npy", lambda *a: pytest.fail("a shard was copied"))
+    index = import_encoded(emb, corpus, tmp_path / "faiss", show_progress_bar=False)
+    ids, embeddings = load_corpus_embeddings(emb)
+    assert len(index) == len(ids) and not (tmp_path / "faiss" / ".build").exists()
+    np.testing.assert_array_equal(index.faiss_index.reconstruct_n(0, len(ids)), embeddings)

@@ -15,7 +15,7 @@ from genembed.retrieval.faiss_factory import (
     parse_search_params,
     train_on_sample,
 )
-from genembed.retrieval.index import Index
+from genembed.retrieval.faiss_store import FaissStore
 from genembed.retrieval.index_build import add_to_index, build_index
 
 SMALL = {"chunk_tokens": 12, "overlap": 3, "show_progress_bar": False, "config": EmbedSettings(method="mean")}
@@ -64,7 +64,7 @@ def test_build_and_add_with_an_hnsw_index(tiny_model, docs_file, more_file, tmp_
         tiny_model, [docs_file], tmp_path / "hnsw", index_type="HNSW8", search_params={"efSearch": 40}, **SMALL
     )
     assert hnsw.factory == "HNSW8" and flat.factory == "Flat"
-    loaded = Index.load(tmp_path / "hnsw")
+    loaded = FaissStore.load(tmp_path / "hnsw")
     assert faiss.downcast_index(loaded.faiss_index).hnsw.efSearch == 40  # stored parameters set on load
     queries = flat.encode_queries(tiny_model, ["capital of France", "guitar"])
     np.testing.assert_array_equal(loaded.search(queries, 5)[1], flat.search(queries, 5)[1])  # tiny: exact

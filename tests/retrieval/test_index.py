@@ -9,11 +9,11 @@ import torch
 
 from genembed.encoders.settings import EmbedSettings
 from genembed.retrieval import index_build
-from genembed.retrieval.embed_kv import encode_with_kv
 from genembed.retrieval.errors import IndexCorruptedError, IndexIncompleteError, IndexVersionError
-from genembed.retrieval.index import MANIFEST, Index
+from genembed.retrieval.faiss_store import MANIFEST, FaissStore
 from genembed.retrieval.index_build import add_to_index, build_index
-from genembed.retrieval.segment_kv import segment_states
+from genembed.retrieval.kv_embed import encode_with_kv
+from genembed.retrieval.kv_segment import segment_states
 
 SMALL = {"chunk_tokens": 12, "overlap": 3, "show_progress_bar": False}
 
@@ -50,7 +50,7 @@ def test_index_embeddings_and_kv_match_the_model(tiny_model, method, kwargs):
 
 def test_index_round_trips_through_save_and_load(tiny_model, docs_file, tmp_path):
     built = _build(tiny_model, [docs_file], tmp_path / "idx", store_kv=True, kv_dtype="bfloat16")
-    loaded = Index.load(tmp_path / "idx")
+    loaded = FaissStore.load(tmp_path / "idx")
     assert len(loaded) == len(built) > 5 and loaded.chunks == built.chunks
     assert loaded.config == built.config and loaded.manifest == built.manifest
     queries = loaded.encode_queries(tiny_model, ["capital of France", "guitar on stage"])
@@ -79,7 +79,7 @@ def test_add_appends_chunks_and_kv(tiny_model, docs_file, more_file, tmp_path):
     grown = add_to_index(tiny_model, tmp_path / "idx", [more_file], show_progress_bar=False)
     assert grown.chunks[:n_old] == old_chunks and {c.doc_id for c in grown.chunks[n_old:]} == {"retrieve", "similar"}
     assert [c.row for c in grown.chunks] == list(range(len(grown)))
-    reloaded = Index.load(tmp_path / "idx")
+    reloaded = FaissStore.load(tmp_path / "idx")
     assert reloaded.manifest["generation"] == 2 and len(reloaded) == len(grown)
     assert sorted(p.name for p in (tmp_path / "idx").glob("*-*.*")) == ["chunks-00002.jsonl", "index-00002.faiss"]
     # a new chunk is found by its own embedding, and its KV states are stored
@@ -109,7 +109,7 @@ def test_an_interrupted_build_resumes_where_it_stopped(tiny_model, docs_file, tm
     with pytest.raises(KeyboardInterrupt):
         _build(tiny_model, [docs_file], tmp_path / "idx", store_kv=True, kv_dtype="float32", shard_size=4)
     with pytest.raises(IndexIncompleteError, match="rerun the same `genembed index build` command"):
-        Index.load(tmp_path / "idx")
+        FaissStore.load(tmp_path / "idx")
     calls.clear()
     monkeypatch.setattr(index_build, "encode_with_kv", lambda *a, **k: calls.append(1) or real_encode(*a, **k))
     resumed = _build(tiny_model, [docs_file], tmp_path / "idx", store_kv=True, kv_dtype="float32", shard_size=4)
@@ -158,7 +158,7 @@ def _edit_manifest(path, **changes):
 def test_version_mismatch_is_a_clear_error(built):
     _edit_manifest(built, format_version=99)
     with pytest.raises(IndexVersionError, match="index format version 99; this genembed reads version 1"):
-        Index.load(built)
+        FaissStore.load(built)
 
 
 @pytest.mark.parametrize("damage", ["faiss", "chunks", "manifest", "kv", "count", "missing"])
@@ -190,7 +190,7 @@ def test_corruption_is_a_clear_error(built, damage):
         path.unlink()
         match = "is missing"
     with pytest.raises(IndexCorruptedError, match=match) as caught:
-        Index.load(built)
+        FaissStore.load(built)
     assert str(path) in str(caught.value) and f"--out {built} --overwrite" in str(caught.value)
 
 
@@ -200,19 +200,19 @@ def test_damage_found_without_checksums_names_the_file_and_line(built):
     lines = chunks.read_text().splitlines()
     chunks.write_text("\n".join([*lines[:2], lines[2][:30], *lines[3:]]) + "\n")  # a torn record
     with pytest.raises(IndexCorruptedError, match=rf"{chunks}:3: not a chunk record"):
-        Index.load(built, verify=False)
+        FaissStore.load(built, verify=False)
     chunks.write_text("\n".join(lines[:-1]) + "\n")  # a lost last record
     with pytest.raises(IndexCorruptedError, match=rf"{chunks.name} has {len(lines) - 1}"):
-        Index.load(built, verify=False)
+        FaissStore.load(built, verify=False)
 
 
 def test_a_damaged_kv_shard_names_itself_when_read(built):
-    index = Index.load(built)
+    index = FaissStore.load(built)
     shard = built / index.manifest["kv"]["shards"][0]["file"]
     data = bytearray(shard.read_bytes())
     data[8:12] = b"\xff\xfe\x00{"  # inside the JSON header: same size, unreadable
     shard.write_bytes(bytes(data))
-    index = Index.load(built)  # the size matches: found when the states are read
+    index = FaissStore.load(built)  # the size matches: found when the states are read
     with pytest.raises(IndexCorruptedError, match="KV shard .* cannot be opened") as caught:
         index.kv(0)
     assert str(shard) in str(caught.value) and "Rebuild the index" in str(caught.value)
@@ -247,13 +247,13 @@ def test_a_damaged_shard_of_an_interrupted_build_names_itself(tiny_model, docs_f
 
 def test_not_an_index(tmp_path):
     with pytest.raises(FileNotFoundError):
-        Index.load(tmp_path / "nope")
+        FaissStore.load(tmp_path / "nope")
     with pytest.raises(IndexCorruptedError, match="not a genembed index"):
-        Index.load(tmp_path)
+        FaissStore.load(tmp_path)
 
 
 def test_search_rejects_bad_queries(built):
-    index = Index.load(built)
+    index = FaissStore.load(built)
     with pytest.raises(ValueError, match=r"shape \(n, 32\)"):
         index.search(np.zeros((1, 7), dtype=np.float32), 3)
     with pytest.raises(ValueError, match="k must be >= 1"):
@@ -266,9 +266,44 @@ def test_index_belongs_to_its_model(built):
 
     other = GenerativeEmbedder(tiny_backbone(seed=1))
     with pytest.raises(ValueError, match="was built with model 'tiny-llama-0'"):
-        Index.load(built).encode_queries(other, ["x"])
+        FaissStore.load(built).encode_queries(other, ["x"])
 
 
 def test_kv_store_reads_lengths_from_the_header(tiny_model, docs_file, tmp_path):
     index = _build(tiny_model, [docs_file], tmp_path / "idx", store_kv=True)
     assert [index.kv_store.tokens(r) for r in range(len(index))] == [index.kv(r)[0].shape[2] for r in range(len(index))]
+
+
+def test_the_faiss_store_through_the_protocol(tiny_model, docs_file, tmp_path):
+    from dataclasses import replace
+
+    from genembed.retrieval.stores import open_index
+
+    built = _build(tiny_model, [docs_file], tmp_path / "idx")
+    store = open_index(tmp_path / "idx")
+    n = len(store)
+    originals = [store.chunk(i) for i in range(3)]
+    copies = [replace(r, row=n + i, id=f"copy#{i}", doc_id="copy") for i, r in enumerate(originals)]
+    vectors = built.faiss_index.reconstruct_n(0, 3)
+    store.prepare_documents({"copy": 3})  # a new document id is accepted, a known one refused
+    with pytest.raises(ValueError, match=f"document id '{originals[0].doc_id}' is already in the index"):
+        store.prepare_documents({originals[0].doc_id: 1})
+    assert store.add(copies, vectors) == 3 and len(store) == n  # staged until save
+    store.update_manifest(sources=["extra"])
+    store.save()
+    again = open_index(tmp_path / "idx")
+    assert len(again) == n + 3 and again.manifest["generation"] == 2 and again.manifest["sources"] == ["extra"]
+    scores, keys = again.search(vectors[:1], 2)
+    assert {again.chunk(int(k)).id for k in keys[0]} == {originals[0].id, "copy#0"}
+    np.testing.assert_allclose(scores[0], [1.0, 1.0], atol=1e-5)
+    with pytest.raises(ValueError, match="deleting needs a Milvus store"):
+        again.delete(doc_ids=["copy"])
+    with pytest.raises(ValueError, match="cannot replace chunks"):
+        again.upsert(copies, vectors)
+    with pytest.raises(ValueError, match=f"new chunks take consecutive rows from {n + 3}, got rows from {n}"):
+        again.add(copies, vectors)
+    with pytest.raises(ValueError, match="does not store KV states"):
+        again.add(copies, vectors, kv=[(torch.zeros(1), torch.zeros(1))] * 3)
+    rows = dict(again.describe())
+    assert rows["chunks"] == f"{n + 3:,} from {len({c.doc_id for c in again.chunks}):,} documents"
+    assert rows["vector index"] == "faiss Flat, inner product" and rows["generation"].startswith("2 (updated")

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from genembed.encoders.settings import EmbedSettings
-from genembed.retrieval import milvus_build
-from genembed.retrieval.embed_kv import encode_with_kv
+from genembed.retrieval import index_build
 from genembed.retrieval.errors import IndexIncompleteError
 from genembed.retrieval.index_build import add_to_index, build_index, generation_states
-from genembed.retrieval.milvus_store import PROGRESS_KEY, MilvusIndex, chunk_key
+from genembed.retrieval.kv_embed import encode_with_kv
+from genembed.retrieval.milvus_store import PROGRESS_KEY, MilvusStore, chunk_key
 from genembed.retrieval.rag import ask
 from genembed.retrieval.stores import open_index, parse_location
 
@@ -43,7 +43,7 @@ def _ids(index, rows):
 def test_milvus_store_matches_the_faiss_folder_and_returns_metadata(tiny_model, docs_with_meta, lite, tmp_path):
     faiss = _build(tiny_model, [docs_with_meta], tmp_path / "faiss")
     milvus = _build(tiny_model, [docs_with_meta], lite)
-    assert isinstance(milvus, MilvusIndex) and len(milvus) == len(faiss) > 10
+    assert isinstance(milvus, MilvusStore) and len(milvus) == len(faiss) > 10
     queries = milvus.encode_queries(tiny_model, QUERIES)
     np.testing.assert_array_equal(queries, faiss.encode_queries(tiny_model, QUERIES))
     f_scores, f_ids = faiss.search(queries, 6)
@@ -64,8 +64,17 @@ def test_milvus_store_matches_the_faiss_folder_and_returns_metadata(tiny_model, 
             want.source,
             want.tokens,
         )
-        assert got.meta == {"year": 2000 + [d["id"] for d in DOCS].index(got.doc_id)}
+        assert got.meta == want.meta == {"year": 2000 + [d["id"] for d in DOCS].index(got.doc_id)}
         assert milvus.text(int(key)) == faiss.text(want.row)
+    # a search hit has the same fields from either store, the corpus ids among them (its key differs)
+    f_hits = tiny_model.search(QUERIES[0], faiss, k=4, rerank=False)
+    m_hits = tiny_model.search(QUERIES[0], milvus, k=4, rerank=False)
+    assert [(h.id, h.doc_id, h.text, h.retrieval_rank) for h in m_hits] == [
+        (h.id, h.doc_id, h.text, h.retrieval_rank) for h in f_hits
+    ]
+    assert all(h.id.startswith(f"{h.doc_id}#") and h.doc_id in {d["id"] for d in DOCS} for h in f_hits)
+    assert [h.index for h in f_hits] == [by_id[h.id].row for h in f_hits]
+    assert [h.index for h in m_hits] == [chunk_key(h.id) for h in m_hits]
     # a second handle reads the model and settings from the collection, and loads a released one
     milvus.client.release_collection(milvus.name)
     again = open_index(lite)
@@ -138,7 +147,7 @@ def test_an_interrupted_build_resumes_without_duplicates(tiny_model, docs_file, 
     n_shards = -(-len(reference) // 4)
     assert n_shards >= 3
     calls: list[int] = []
-    real_encode = milvus_build.encode_with_kv
+    real_encode = index_build.encode_with_kv
 
     def crash_on_third_shard(backbone, texts, *args, **kw):
         calls.append(len(texts))
@@ -146,15 +155,15 @@ def test_an_interrupted_build_resumes_without_duplicates(tiny_model, docs_file, 
             raise KeyboardInterrupt
         return real_encode(backbone, texts, *args, **kw)
 
-    monkeypatch.setattr(milvus_build, "encode_with_kv", crash_on_third_shard)
+    monkeypatch.setattr(index_build, "encode_with_kv", crash_on_third_shard)
     with pytest.raises(KeyboardInterrupt):
         _build(tiny_model, [docs_file], lite, **kwargs)
     with pytest.raises(IndexIncompleteError, match="rerun the same `genembed index build` command"):
         open_index(lite)
-    partial = MilvusIndex.open(parse_location(lite), allow_incomplete=True)
+    partial = MilvusStore.open(parse_location(lite), allow_incomplete=True)
     assert len(partial) == 8  # the two finished shards
     calls.clear()
-    monkeypatch.setattr(milvus_build, "encode_with_kv", lambda *a, **k: calls.append(1) or real_encode(*a, **k))
+    monkeypatch.setattr(index_build, "encode_with_kv", lambda *a, **k: calls.append(1) or real_encode(*a, **k))
     resumed = _build(tiny_model, [docs_file], lite, **kwargs)
     assert len(calls) == n_shards - 2 and len(resumed) == len(reference)
     assert sorted(c.id for c in resumed.query("number >= 0", limit=1000)) == sorted(c.id for c in reference.chunks)

@@ -15,13 +15,13 @@ from genembed.generation.decoding import decode_stream
 from genembed.model import GenerativeEmbedder
 from genembed.retrieval import index_build, rag
 from genembed.retrieval.context import Context, Segment, assemble, fresh_input, mode_layout
-from genembed.retrieval.index import MANIFEST, Index
+from genembed.retrieval.faiss_store import MANIFEST, FaissStore
 from genembed.retrieval.index_build import add_to_index, build_index
 from genembed.retrieval.kv_ops import cache_layers, encode_segment
+from genembed.retrieval.kv_segment import segment_states
 from genembed.retrieval.kv_source import KVSourceError
 from genembed.retrieval.rag import ask, build_context, retrieve
 from genembed.retrieval.rag_prompt import RagPrompt
-from genembed.retrieval.segment_kv import segment_states
 
 QUESTION = "What is the capital of France?"
 CACHED_MODES = ("query", "doc", "querydoc", "docquery")
@@ -315,7 +315,7 @@ def test_an_index_without_a_record_of_its_states_is_refused(tiny_model, docs_fil
     del manifest["kv"]["source"]  # as written before the source was recorded
     (index.path / MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(KVSourceError, match="without a record of the weights.*Rebuild it with"):
-        ask(tiny_model, Index.load(index.path), QUESTION, cache="doc")
+        ask(tiny_model, FaissStore.load(index.path), QUESTION, cache="doc")
 
 
 def test_ask_returns_answer_sources_and_timings(tiny_model, docs_file, tmp_path):

@@ -48,6 +48,7 @@ def test_list_without_rerank_is_exact_inner_product(tiny_model):
     np.testing.assert_allclose([h.score for h in hits], sims, atol=1e-5)
     assert [h.retrieval_rank for h in hits] == [0, 1, 2, 3]
     assert all(h.text == CORPUS[h.index] and h.rerank_score is None for h in hits)
+    assert all(h.id == h.doc_id == str(h.index) for h in hits)  # a list's ids are its positions
 
 
 def test_rerank_reorders_the_top_candidates_by_rerank_score(tiny_model):

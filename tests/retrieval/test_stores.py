@@ -5,22 +5,40 @@ from __future__ import annotations
 import pytest
 
 from genembed.retrieval.errors import IndexLoadError, StoreConnectionError
-from genembed.retrieval.stores import StoreLocation, open_index, parse_location, store_settings
+from genembed.retrieval.stores import STORES, StoreLocation, index_settings, open_index, parse_location, store_class
 
 
 @pytest.mark.parametrize(
-    ("where", "kind", "uri", "embedded"),
+    ("where", "kind", "uri", "collection"),
     [
-        ("my-index", "faiss", "my-index", False),
-        ("./idx.db", "milvus", "./idx.db", True),
-        ("milvus:./idx.db", "milvus", "./idx.db", True),
-        ("http://milvus.local:19530", "milvus", "http://milvus.local:19530", False),
-        ("milvus:https://cluster.example:443", "milvus", "https://cluster.example:443", False),
+        ("my-index", "faiss", "my-index", ""),
+        ("./idx.db", "milvus", "./idx.db", "genembed"),
+        ("milvus:./idx.db", "milvus", "./idx.db", "genembed"),
+        ("http://milvus.local:19530", "milvus", "http://milvus.local:19530", "genembed"),
+        ("milvus:https://cluster.example:443", "milvus", "https://cluster.example:443", "genembed"),
     ],
 )
-def test_locations(where, kind, uri, embedded):
+def test_locations(where, kind, uri, collection):
     location = parse_location(where)
-    assert (location.kind, location.uri, location.embedded, location.collection) == (kind, uri, embedded, "genembed")
+    assert (location.kind, location.uri, location.collection) == (kind, uri, collection)
+    assert store_class(kind).__name__ == {"faiss": "FaissStore", "milvus": "MilvusStore"}[kind]
+
+
+def test_a_folder_ignores_a_collection_and_unknown_stores_are_named():
+    assert parse_location("my-index", collection="docs") == StoreLocation("faiss", "my-index")
+    with pytest.raises(ValueError, match="unknown vector store 'qdrant'; known stores: milvus, faiss"):
+        store_class("qdrant")
+
+
+def test_every_registered_store_has_the_protocol():
+    from genembed.retrieval.store import VectorStore
+
+    wanted = {n for n in dir(VectorStore) if not n.startswith("_")} - {"where", "manifest"}  # instance attributes
+    assert {"claim", "open", "create", "add", "upsert", "delete", "search", "save", "describe"} <= wanted
+    for kind in STORES:
+        cls = store_class(kind)
+        missing = {n for n in wanted | {"__len__"} if not hasattr(cls, n)}
+        assert not missing, f"{cls.__name__} lacks {sorted(missing)}"
 
 
 def test_location_options_and_secrets():
@@ -69,21 +87,21 @@ def test_missing_folder_and_missing_or_foreign_collections(tmp_path):
         open_index(tmp_path / "x.db", collection="plain")
 
 
-def test_store_settings_are_checked_before_any_work():
+def test_index_settings_are_checked_before_any_work():
     faiss = StoreLocation("faiss", "idx")
-    assert store_settings(faiss, 8) == {"faiss": {"factory": "Flat", "search_params": {}}}
-    assert store_settings(faiss, 8, index_type="HNSW16", search_params={"efSearch": "64"}) == {
+    assert index_settings(faiss, 8) == {"faiss": {"factory": "Flat", "search_params": {}}}
+    assert index_settings(faiss, 8, index_type="HNSW16", search_params={"efSearch": "64"}) == {
         "faiss": {"factory": "HNSW16", "search_params": {"efSearch": 64}}
     }
     with pytest.raises(ValueError, match="faiss cannot build index 'HNSW-ish'"):
-        store_settings(faiss, 8, index_type="HNSW-ish")
+        index_settings(faiss, 8, index_type="HNSW-ish")
     with pytest.raises(ValueError, match="faiss takes build settings in the index description"):
-        store_settings(faiss, 8, index_params={"M": 32})
+        index_settings(faiss, 8, index_params={"M": 32})
     milvus = parse_location("x.db")
-    assert store_settings(milvus, 8, index_type="hnsw", index_params={"M": 8})["milvus"] == {
+    assert index_settings(milvus, 8, index_type="hnsw", index_params={"M": 8})["milvus"] == {
         "index_type": "HNSW",
         "index_params": {"M": 8},
         "search_params": {},
     }
     with pytest.raises(ValueError, match="unknown Milvus index type 'HNSW32'"):
-        store_settings(milvus, 8, index_type="HNSW32")
+        index_settings(milvus, 8, index_type="HNSW32")

@@ -33,8 +33,6 @@ def test_bad_serving_options_are_clean_errors(tmp_path):
 
 
 def test_generator_options_are_checked(tiny_folder, tmp_path):
-    result = runner.invoke(app, ["serve", "--generator", "base", "--no-generation-adapter"])
-    assert result.exit_code == 2 and "not both" in result.output
     result = runner.invoke(app, ["serve", "--model", str(tiny_folder), "--generator", str(tmp_path)])
     assert (
         result.exit_code == 2 and f"generation adapter folder {tmp_path} holds no adapter_config.json" in result.output
@@ -108,6 +106,23 @@ def test_serve_subprocess_answers_and_stops_on_sigterm(tmp_path, tiny):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_busy_port_fails_before_the_model_loads(tmp_path):
+    import socket
+    import time
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        start = time.perf_counter()
+        # a model that does not exist: the port is reported first, so nothing was loaded
+        result = runner.invoke(app, ["serve", "--port", str(port), "--model", str(tmp_path / "missing")])
+        assert time.perf_counter() - start < 5
+    assert result.exit_code == 2
+    assert f"cannot listen on port {port} of 127.0.0.1" in result.output and "--port" in result.output
+    assert "does not exist" not in result.output and "serving" not in result.output
 
 
 def test_centering_options_reach_the_server(tiny_folder, monkeypatch):

@@ -198,7 +198,7 @@ def test_cli_mines_and_reports_bad_input(tmp_path, tiny_folder):
     src, out = _labelled(tmp_path), tmp_path / "out.jsonl"
     common = ["--model", str(tiny_folder), "--adapter", "none", "--steps", "2", "--quiet"]
     result = CliRunner().invoke(
-        app, ["mine-negatives", str(src), "--out", str(out), "-n", "2", "--margin", "0", *common]
+        app, ["mine-negatives", str(src), "--out", str(out), "--num-negatives", "2", "--margin", "0", *common]
     )
     assert result.exit_code == 0, result.output
     assert "12 rows, pool 13 texts" in result.output

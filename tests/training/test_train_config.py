@@ -65,16 +65,7 @@ def test_override_syntax_errors():
         apply_overrides(RunConfig(), ["train.nope=1"])
 
 
-EXPERIMENTS = CONFIGS.parent / "benchmarks" / "configs"
-
-
-@pytest.mark.parametrize(
-    "name",
-    sorted(
-        [p.name for p in CONFIGS.glob("*.yaml")]
-        + [f"../benchmarks/configs/{p.name}" for p in EXPERIMENTS.glob("*.yaml")]
-    ),
-)
+@pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("*.yaml")))
 def test_example_configs_load(name):
     cfg = load_config(CONFIGS / name)
     assert cfg.data.files

@@ -6,9 +6,10 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-__all__ = ["DEFAULT_MODEL_NAME", "MissingModelError", "default_gguf_path"]
+__all__ = ["DEFAULT_MODEL_HUB_ID", "DEFAULT_MODEL_NAME", "MissingModelError", "default_gguf_path"]
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+DEFAULT_MODEL_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the model the bundled GGUF file converts
 
 
 class MissingModelError(FileNotFoundError):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -17,14 +17,15 @@ FIXED_ATTENTION_HELP = ", ".join(
 ModelOpt = Annotated[
     str | None, typer.Option("--model", "-m", help="HF folder, .gguf file or cached hub id (default: bundled SmolLM2)")
 ]
-AdapterOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--adapter",
-        "-a",
-        help="LoRA adapter folder or shipped adapter name (gircse, joint); 'none': the raw backbone (default: gircse)",
-    ),
-]
+_ADAPTER_HELP = "LoRA adapter folder or shipped adapter name (gircse, joint); 'none': the raw backbone"
+
+
+def adapter_option(default: str = "gircse") -> Any:
+    """``--adapter``/``-a`` whose help states the command's real default."""
+    return typer.Option("--adapter", "-a", help=f"{_ADAPTER_HELP} (default: {default})")
+
+
+AdapterOpt = Annotated[str | None, adapter_option()]
 GeneratorOpt = Annotated[
     str | None,
     typer.Option(
@@ -38,7 +39,8 @@ CenterOpt = Annotated[
     bool | None,
     typer.Option(
         "--center/--no-center",
-        help="subtract each instruction's centre from the embeddings (default: on with the shipped adapter)",
+        help="subtract each instruction's centre from the embeddings (default: the model's own; on with the "
+        "shipped adapter)",
     ),
 ]
 DtypeOpt = Annotated[
@@ -47,8 +49,6 @@ DtypeOpt = Annotated[
         "--dtype", help="auto (bfloat16 where the CPU/GPU computes it natively, else float32), float32, bfloat16"
     ),
 ]
-
-
 DeviceOpt = Annotated[
     str,
     typer.Option(
@@ -56,14 +56,59 @@ DeviceOpt = Annotated[
     ),
 ]
 
+# How a model embeds. None: the model's own (what model.save recorded; GenerativeEmbedder.embed_settings).
+MethodOpt = Annotated[str | None, typer.Option("--method", help=f"{METHODS_HELP} (default: the model's own)")]
+StepsOpt = Annotated[
+    int | None, typer.Option("--steps", "-k", min=1, help="GIRCSE soft tokens K (default: the model's own)")
+]
+AttentionOpt = Annotated[
+    str | None,
+    typer.Option("--attention", help=f"causal or bidirectional (default: the model's own; {FIXED_ATTENTION_HELP})"),
+]
+InstructionOpt = Annotated[str, typer.Option("--instruction", "-i", help="instruction steering the embedding")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="no progress bars")]
+TemperatureOpt = Annotated[float, typer.Option("--temperature", "-t", min=0.0, help="0 = greedy")]
+SeedOpt = Annotated[int | None, typer.Option("--seed", help="seed for sampling")]
 
-def pick_generator(generator: str | None, generation_adapter: bool | None) -> str | None:
-    """``--generator``, or the older ``--generation-adapter/--no-generation-adapter`` spelled as one."""
-    if generation_adapter is None:
-        return generator
-    if generator is not None:
-        raise typer.BadParameter("give --generator or --generation-adapter/--no-generation-adapter, not both")
-    return "adapter" if generation_adapter else "base"
+
+def out_option(help: str) -> Any:
+    """``--out``/``-o``: what a command writes."""
+    return typer.Option("--out", "-o", help=help)
+
+
+def top_option(help: str) -> Any:
+    """``--top``: how many of the best results a command shows or uses (one name in every command)."""
+    return typer.Option("--top", min=1, help=help)
+
+
+def rerank_top_option(help: str) -> Any:
+    """``--rerank-top``: how many of the best results are re-ranked generatively."""
+    return typer.Option("--rerank-top", min=1, help=help)
+
+
+def fail(message: str) -> NoReturn:
+    """Report ``message`` as a one-line error and exit with status 2."""
+    typer.secho(f"error: {message}", fg="red", err=True)
+    raise typer.Exit(2)
+
+
+def check_settings(**given: Any) -> None:
+    """Check the embedding settings given on the command line (None: not given) before a model loads."""
+    from genembed.encoders.settings import EmbedSettings
+
+    try:
+        EmbedSettings.build(**{key: value for key, value in given.items() if value is not None})
+    except ValueError as exc:
+        fail(str(exc))
+
+
+def model_settings(loaded: Any, **given: Any) -> Any:
+    """The loaded model's embedding settings with the options given instead (None: the model's own), as
+    :meth:`genembed.GenerativeEmbedder.embed_settings` resolves them; a bad one is a clean CLI error."""
+    try:
+        return loaded.embed_settings(**given)
+    except ValueError as exc:
+        fail(str(exc))
 
 
 def load_model(

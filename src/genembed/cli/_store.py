@@ -6,8 +6,6 @@ from typing import Annotated, Any
 
 import typer
 
-from genembed.encoders.methods import method_rules
-
 WHERE_HELP = "index folder (faiss), milvus:FILE.db (embedded milvus-lite) or http(s)://HOST:PORT (a Milvus server)"
 
 CollectionOpt = Annotated[
@@ -63,48 +61,18 @@ def location(where: str, collection: str | None, token: str | None) -> Any:
 
 
 def manifest_of(where: Any) -> dict[str, Any]:
-    """The manifest of the index at a parsed location (without loading a faiss index's vectors)."""
-    from genembed.retrieval.index import read_manifest
-    from genembed.retrieval.milvus_store import MilvusIndex
+    """The manifest of the index at a parsed location (without loading its vectors; {} if none is there)."""
+    from genembed.retrieval.stores import read_manifest
 
-    if where.kind == "faiss":
-        from pathlib import Path
-
-        return read_manifest(Path(where.uri)) if Path(where.uri).is_dir() else {}
-    return MilvusIndex.open(where).manifest
+    return read_manifest(where)
 
 
-def settings_rows(index: Any) -> list[tuple[str, str]]:
-    """The rows ``genembed index info`` shows for every store: model, embedding, chunking."""
-    manifest, config = index.manifest, index.config
-    steps = f", K={config.steps}" if method_rules(config.method).uses_steps else ""
-    chunking = manifest.get("chunking")
-    imported = f"imported from {manifest.get('imported_from')}"
-    return [
-        ("model", f"{manifest['model']['name']} (dim {index.dim})"),
-        ("embedding", f"{config.method}{steps}, {config.attention} attention"),
-        ("chunking", f"{chunking['chunk_tokens']} tokens, overlap {chunking['overlap']}" if chunking else imported),
-    ]
-
-
-def print_milvus_info(index: Any) -> None:
-    """``genembed index info`` for a Milvus store."""
+def print_info(index: Any) -> None:
+    """``genembed index info``: the rows the store describes itself with."""
     from rich.console import Console
     from rich.table import Table
 
-    manifest = index.manifest
     table = Table(title=f"index {index.where}", show_header=False)
-    table.add_row("chunks", f"{len(index):,}")
-    for row in settings_rows(index):
+    for row in index.describe():
         table.add_row(*row)
-    milvus = manifest["milvus"]
-    params = ", ".join(f"{k}={v}" for k, v in {**milvus["index_params"], **milvus["search_params"]}.items())
-    table.add_row("vector index", f"Milvus {milvus['index_type']}, inner product" + (f" ({params})" if params else ""))
-    if index.has_kv:
-        kv = manifest["kv"]
-        size = sum(p.stat().st_size for p in index.kv_dir.glob("*.safetensors")) if index.kv_dir.is_dir() else 0
-        table.add_row("KV states", f"{kv['dtype']} in {index.kv_dir}: {size / 1e6:,.1f} MB on disk")
-    else:
-        table.add_row("KV states", "not stored (rebuild with --store-kv for --cache doc/querydoc/docquery)")
-    table.add_row("updated", manifest["updated"])
     Console(width=140).print(table)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated, Any
+
 import typer
 
 from . import (
@@ -18,6 +20,7 @@ from . import (
     serve_cmd,
     train_cmd,
 )
+from ._spellings import command_class
 
 app = typer.Typer(
     name="genembed",
@@ -25,20 +28,45 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
 )
-app.command("demo")(demo.demo)
-app.command("inspect")(inspect_cmd.inspect)
-app.command("encode")(encode_cmd.encode)
-app.command("chat")(chat_cmd.chat)
-app.command("serve")(serve_cmd.serve)
-app.command("eval")(eval_cmd.eval_tasks)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from genembed import __version__
+
+        typer.echo(__version__)
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool | None,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="print the genembed version and exit"),
+    ] = None,
+) -> None:
+    """Generative text embeddings: GIRCSE soft-token refinement and GRIT one-model embedding + generation."""
+
+
+def _add(name: str, function: Any, group: typer.Typer = app) -> None:
+    """Register ``function`` as ``name``, still accepting the command's old option spellings."""
+    group.command(name, cls=command_class(name))(function)
+
+
+_add("demo", demo.demo)
+_add("inspect", inspect_cmd.inspect)
+_add("encode", encode_cmd.encode)
+_add("chat", chat_cmd.chat)
+_add("serve", serve_cmd.serve)
+_add("eval", eval_cmd.eval_tasks)
 index_cmd.index_app.command("import")(index_store_cmd.import_encoded)
 index_cmd.index_app.command("delete")(index_store_cmd.delete)
 app.add_typer(index_cmd.index_app, name="index")
-app.command("ask")(ask_cmd.ask)
-app.command("train")(train_cmd.train)
-app.command("export-checkpoint")(train_cmd.export_checkpoint)
-app.command("make-gen-data")(gen_data_cmd.make_gen_data)
-app.command("mine-negatives")(mine_cmd.mine_negatives)
+_add("ask", ask_cmd.ask)
+_add("train", train_cmd.train)
+_add("export-checkpoint", train_cmd.export_checkpoint)
+_add("make-gen-data", gen_data_cmd.make_gen_data)
+_add("mine-negatives", mine_cmd.mine_negatives)
 
 
 @app.command("version")

@@ -8,7 +8,18 @@ from typing import Annotated
 import typer
 
 from . import _store
-from ._common import AdapterOpt, DeviceOpt, DtypeOpt, GeneratorOpt, ModelOpt, load_index_model
+from ._common import (
+    AdapterOpt,
+    DeviceOpt,
+    DtypeOpt,
+    GeneratorOpt,
+    ModelOpt,
+    SeedOpt,
+    TemperatureOpt,
+    load_index_model,
+    rerank_top_option,
+    top_option,
+)
 
 
 def ask(
@@ -31,11 +42,11 @@ def ask(
         ),
     ] = 0.0,
     rerank: Annotated[bool, typer.Option("--rerank", help="rerank retrieved passages generatively")] = False,
-    top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="passages put in the prompt")] = 3,
-    candidates: Annotated[int, typer.Option("--candidates", min=1, help="passages retrieved for --rerank")] = 10,
+    top: Annotated[int, top_option("passages put in the prompt")] = 3,
+    rerank_top: Annotated[int, rerank_top_option("passages retrieved and re-ranked with --rerank")] = 10,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", min=1, help="answer length limit")] = 128,
-    temperature: Annotated[float, typer.Option("--temperature", min=0.0, help="0 = greedy")] = 0.0,
-    seed: Annotated[int | None, typer.Option("--seed", help="seed for sampling")] = None,
+    temperature: TemperatureOpt = 0.0,
+    seed: SeedOpt = None,
     no_repeat_ngram: Annotated[
         int | None,
         typer.Option("--no-repeat-ngram", min=0, help="no n-gram of this size twice in the answer (0: off; default 4)"),
@@ -86,9 +97,9 @@ def ask(
             question,
             cache=cache,
             order=order,
-            top_k=top_k,
+            top_k=top,
             rerank=rerank,
-            rerank_candidates=candidates,
+            rerank_candidates=rerank_top,
             max_new_tokens=max_new_tokens,
             temperature=temperature,
             seed=seed,

@@ -10,38 +10,42 @@ from typing import Annotated
 
 import typer
 
-from ._common import AdapterOpt, DeviceOpt, DtypeOpt, GeneratorOpt, ModelOpt, load_model, pick_generator
+from ._common import (
+    AdapterOpt,
+    CenterOpt,
+    DeviceOpt,
+    DtypeOpt,
+    GeneratorOpt,
+    ModelOpt,
+    SeedOpt,
+    TemperatureOpt,
+    load_model,
+)
 
 _HELP = "Type a message; /reset clears the conversation, /exit (or Ctrl-D) quits."
 
 
 def chat(
-    prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="answer this one message and exit")] = None,
+    prompt: Annotated[str | None, typer.Option("--prompt", help="answer this one message and exit")] = None,
     system: Annotated[
         str | None, typer.Option("--system", "-s", help="system message opening the conversation")
     ] = None,
-    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", "-n", min=1, help="tokens per reply")] = 256,
-    temperature: Annotated[float, typer.Option("--temperature", "-t", min=0.0, help="0 = greedy")] = 0.0,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", min=1, help="tokens per reply")] = 256,
+    temperature: TemperatureOpt = 0.0,
     top_p: Annotated[float, typer.Option("--top-p", min=0.0, max=1.0, help="nucleus sampling threshold")] = 1.0,
-    seed: Annotated[int | None, typer.Option("--seed", help="seed for sampling")] = None,
+    seed: SeedOpt = None,
     stop: Annotated[list[str] | None, typer.Option("--stop", help="stop string (repeatable)")] = None,
-    generation_adapter: Annotated[
-        bool | None,
-        typer.Option(
-            "--generation-adapter/--no-generation-adapter",
-            help="chat with / without the adapter (default: with it only if it was trained jointly, GRIT)",
-        ),
-    ] = None,
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
     generator: GeneratorOpt = None,
     dtype: DtypeOpt = "auto",
     device: DeviceOpt = "auto",
+    center: CenterOpt = None,
 ) -> None:
     """Chat with the model in the terminal (replies stream as they are generated)."""
     if top_p <= 0.0:
         raise typer.BadParameter("--top-p must be > 0")
-    loaded = load_model(model, adapter, dtype, device=device, generator=pick_generator(generator, generation_adapter))
+    loaded = load_model(model, adapter, dtype, center, device, generator)
     messages: list[dict] = [{"role": "system", "content": system}] if system else []
     settings = {"max_new_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p, "seed": seed}
 

@@ -11,11 +11,9 @@ import time
 from importlib import resources
 from typing import Annotated
 
-import typer
-
 from genembed.encoders.instructions import DEFAULT_QUERY_INSTRUCTION
 
-from ._common import AdapterOpt, DeviceOpt, ModelOpt, load_model
+from ._common import AdapterOpt, CenterOpt, DeviceOpt, DtypeOpt, ModelOpt, StepsOpt, load_model, top_option
 
 
 def _read_jsonl(name: str) -> list[dict]:
@@ -26,9 +24,11 @@ def _read_jsonl(name: str) -> list[dict]:
 def demo(
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
+    dtype: DtypeOpt = "auto",
     device: DeviceOpt = "auto",
-    steps: Annotated[int, typer.Option("--steps", "-k", min=1, help="GIRCSE soft tokens K")] = 5,
-    top_k: Annotated[int, typer.Option("--top-k", min=1, help="results shown per query")] = 3,
+    center: CenterOpt = None,
+    steps: StepsOpt = None,
+    top: Annotated[int, top_option("results shown per query")] = 3,
 ) -> None:
     """Encode a sample corpus, search it with sample queries, and show the soft tokens of one query."""
     from rich.console import Console
@@ -38,7 +38,9 @@ def demo(
     timings: list[tuple[str, float, str]] = []
 
     t0 = time.perf_counter()
-    loaded = load_model(model, adapter, device=device)
+    loaded = load_model(model, adapter, dtype, center, device)
+    settings = loaded.embed_settings(steps=steps)
+    how = f"{settings.method}, K={settings.steps}" if settings.rules.uses_steps else settings.method
     timings.append(("load model", time.perf_counter() - t0, loaded.name))
     corpus, queries = _read_jsonl("sample_corpus.jsonl"), [q["text"] for q in _read_jsonl("sample_queries.jsonl")]
     docs = [d["text"] for d in corpus]
@@ -47,22 +49,20 @@ def demo(
     t0 = time.perf_counter()
     doc_emb = loaded.encode_document(docs, steps=steps, batch_size=16)
     dt = time.perf_counter() - t0
-    timings.append(
-        (f"encode {len(docs)} documents (K={steps})", dt, f"{len(docs) / dt:.1f} texts/s, {tokens} text tokens")
-    )
+    timings.append((f"encode {len(docs)} documents ({how})", dt, f"{len(docs) / dt:.1f} texts/s, {tokens} text tokens"))
 
     t0 = time.perf_counter()
     query_emb = loaded.encode_query(queries, steps=steps)
     timings.append((f"encode {len(queries)} queries", time.perf_counter() - t0, ""))
 
     scores = query_emb @ doc_emb.T
-    table = Table(title=f"cosine search over {len(docs)} sample documents ({loaded.name}, GIRCSE K={steps})")
+    table = Table(title=f"cosine search over {len(docs)} sample documents ({loaded.name}, {how})")
     table.add_column("query")
     table.add_column("rank", justify="right")
     table.add_column("score", justify="right")
     table.add_column("document")
     for qi, query in enumerate(queries):
-        for rank, di in enumerate(scores[qi].argsort()[::-1][:top_k], start=1):
+        for rank, di in enumerate(scores[qi].argsort()[::-1][:top], start=1):
             table.add_row(query if rank == 1 else "", str(rank), f"{scores[qi, di]:.3f}", docs[di])
         table.add_section()
     console.print(table)

@@ -13,27 +13,36 @@ from typing import Annotated
 
 import typer
 
-from genembed.encoders.methods import DEFAULT_METHOD
-
-from ._common import METHODS_HELP, AdapterOpt, CenterOpt, DeviceOpt, DtypeOpt, ModelOpt, load_model
-
-
-def _fail(message: str) -> None:
-    typer.secho(f"error: {message}", fg="red", err=True)
-    raise typer.Exit(2)
+from ._common import (
+    AdapterOpt,
+    AttentionOpt,
+    CenterOpt,
+    DeviceOpt,
+    DtypeOpt,
+    InstructionOpt,
+    MethodOpt,
+    ModelOpt,
+    QuietOpt,
+    StepsOpt,
+    check_settings,
+    fail,
+    load_model,
+    model_settings,
+    out_option,
+)
 
 
 def encode(
     input_path: Annotated[Path, typer.Argument(metavar="INPUT.jsonl", help="JSON lines: {id, text[, title]}")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="output folder for shards (rerun to resume)")],
+    out: Annotated[Path, out_option("output folder for shards (rerun to resume)")],
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
     dtype: DtypeOpt = "auto",
     center: CenterOpt = None,
-    method: Annotated[str, typer.Option("--method", help=METHODS_HELP)] = DEFAULT_METHOD,
-    steps: Annotated[int, typer.Option("--steps", "-k", min=1, help="GIRCSE soft tokens K")] = 5,
-    instruction: Annotated[str, typer.Option("--instruction", help="instruction for every text")] = "",
-    attention: Annotated[str | None, typer.Option("--attention", help="causal or bidirectional")] = None,
+    method: MethodOpt = None,
+    steps: StepsOpt = None,
+    instruction: InstructionOpt = "",
+    attention: AttentionOpt = None,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="texts per forward pass")] = 32,
     max_length: Annotated[int, typer.Option("--max-length", min=1, help="tokens per text (cut from the end)")] = 512,
     shard_size: Annotated[int, typer.Option("--shard-size", min=1, help="records per output shard")] = 4096,
@@ -45,24 +54,18 @@ def encode(
     normalize: Annotated[bool, typer.Option("--normalize/--no-normalize", help="L2-normalize")] = True,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="delete existing shards instead of resuming")] = False,
     device: DeviceOpt = "auto",
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Embed every record of INPUT.jsonl into OUT/shard-*.npy (+ ids); see docs/performance.md."""
     from genembed._files import DamagedFileError
-    from genembed.encoders import EmbedSettings
     from genembed.encoders.corpus import encode_corpus
 
     if not input_path.is_file():
-        _fail(f"input file not found: {input_path}")
-    try:  # check the settings before loading the model
-        options = EmbedSettings.build(
-            method=method, steps=steps, attention=attention, max_length=max_length, batch_size=batch_size
-        )
-    except ValueError as exc:
-        _fail(str(exc))
+        fail(f"input file not found: {input_path}")
+    check_settings(method=method, steps=steps, attention=attention, max_length=max_length, batch_size=batch_size)
     loaded = load_model(model, adapter, dtype, center, device)  # auto: cuda:LOCAL_RANK where there is CUDA
-    options = EmbedSettings.build(
-        method=method, steps=steps, attention=attention, max_length=max_length, batch_size=batch_size, tau=loaded.tau
+    options = model_settings(
+        loaded, method=method, steps=steps, attention=attention, max_length=max_length, batch_size=batch_size
     )
     try:
         result = encode_corpus(
@@ -82,7 +85,7 @@ def encode(
             show_progress_bar=not quiet,
         )
     except (ValueError, DamagedFileError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     if result.rank == 0 and not quiet:
         typer.echo(
             f"{result.records} records in {result.shards} shards at {result.out_dir} "

@@ -7,7 +7,21 @@ from typing import Annotated
 
 import typer
 
-from ._common import AdapterOpt, CenterOpt, DeviceOpt, DtypeOpt, GeneratorOpt, ModelOpt, load_model
+from ._common import (
+    AdapterOpt,
+    AttentionOpt,
+    CenterOpt,
+    DeviceOpt,
+    DtypeOpt,
+    GeneratorOpt,
+    MethodOpt,
+    ModelOpt,
+    fail,
+    load_model,
+    model_settings,
+    out_option,
+    rerank_top_option,
+)
 
 
 def eval_tasks(
@@ -17,22 +31,22 @@ def eval_tasks(
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
     generator: GeneratorOpt = None,
-    method: Annotated[
-        str | None, typer.Option("--method", help="gircse, mean, last or grit (default: the model's own)")
-    ] = None,
+    method: MethodOpt = None,
     steps: Annotated[
-        str | None, typer.Option("--steps", "-k", help="GIRCSE soft tokens K; a list like 1,3,5,10,20 is a sweep")
+        str | None,
+        typer.Option(
+            "--steps", "-k", help="GIRCSE soft tokens K; a list like 1,3,5,10,20 is a sweep (default: the model's own)"
+        ),
     ] = None,
-    attention: Annotated[str | None, typer.Option("--attention", help="causal or bidirectional")] = None,
+    attention: AttentionOpt = None,
     prompt_format: Annotated[
-        str | None, typer.Option("--prompt-format", help="plain or chat (default: chat for gircse, else plain)")
+        str | None,
+        typer.Option("--prompt-format", help="plain or chat (default: the model's own; chat for gircse, else plain)"),
     ] = None,
     max_length: Annotated[int, typer.Option("--max-length", min=1, help="tokens per prompt")] = 512,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="texts per forward pass")] = 32,
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="at most N rows per data file")] = None,
-    rerank_top: Annotated[
-        int | None, typer.Option("--rerank-top", min=1, help="re-rank the top N of retrieval tasks generatively")
-    ] = None,
+    rerank_top: Annotated[int | None, rerank_top_option("re-rank the top N of retrieval tasks generatively")] = None,
     cluster_starts: Annotated[
         int,
         typer.Option(
@@ -41,11 +55,10 @@ def eval_tasks(
             help="score clustering and instruct tasks as the mean over N k-means starts (1: one start, seed 42)",
         ),
     ] = 1,
-    out: Annotated[Path, typer.Option("--out", "-o", help="results JSON (also writes .md, and _scaling.png)")] = Path(
-        "results.json"
-    ),
+    out: Annotated[Path, out_option("results JSON (also writes .md, and _scaling.png)")] = Path("results.json"),
     cache_file: Annotated[
-        Path | None, typer.Option("--cache", help="embedding cache file (default ~/.cache/genembed/embeddings.sqlite)")
+        Path | None,
+        typer.Option("--cache-file", help="embedding cache file (default ~/.cache/genembed/embeddings.sqlite)"),
     ] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="encode everything, read and write no cache")] = False,
     dtype: DtypeOpt = "auto",
@@ -53,31 +66,31 @@ def eval_tasks(
     center: CenterOpt = None,
 ) -> None:
     """Evaluate on task folders with exactly the metrics of the task format (all x100)."""
-    from genembed.encoders.methods import method_rules
     from genembed.eval import EmbeddingCache, GenembedEncoder, TaskFormatError, evaluate, find_task_dirs, load_task
 
     try:  # validate tasks and settings before loading the model
         tasks = [load_task(p, limit=limit) for p in find_task_dirs(list(task_dirs))]
     except (TaskFormatError, ValueError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     loaded = load_model(model, adapter, dtype, center, device, generator)
+    # the model's own settings (model.save records them) unless an option says otherwise
+    own = model_settings(loaded, method=method, attention=attention, prompt_format=prompt_format)
+    if steps is None and own.rules.uses_steps and not own.adaptive:
+        steps = str(own.steps)
     try:
-        # without --method, a model is evaluated with its own settings (model.save records them)
-        own = method is None
-        own_steps = loaded.steps if isinstance(loaded.steps, int) and method_rules(loaded.method).uses_steps else None
         encoder = GenembedEncoder(
             loaded,
-            method=loaded.method if own else method,
-            steps=own_steps if own and steps is None else steps,
-            attention=loaded.attention if own and attention is None else attention,
-            prompt_format=loaded.prompt_format if own and prompt_format is None else prompt_format,
+            method=own.method,
+            steps=steps,
+            attention=own.attention,
+            prompt_format=own.prompt_format,
             max_length=max_length,
             batch_size=batch_size,
         )
     except ValueError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     if rerank_top is not None and not callable(getattr(loaded, "rerank", None)):
-        _fail("--rerank-top needs GenerativeEmbedder.rerank, which this genembed build does not have")
+        fail("--rerank-top needs GenerativeEmbedder.rerank, which this genembed build does not have")
     from genembed._files import DamagedFileError
 
     try:
@@ -98,14 +111,9 @@ def eval_tasks(
             cluster_starts=cluster_starts,
         )
     except DamagedFileError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     mean = report.mean_scores()[-1]
     typer.echo(f"mean {mean:.2f} over {len(report.tasks)} tasks in {report.seconds:.1f}s -> {out}")
-
-
-def _fail(message: str) -> None:
-    typer.secho(f"error: {message}", fg="red", err=True)
-    raise typer.Exit(2)
 
 
 def _reranker(model: object, rerank_top: int | None) -> dict[str, str]:

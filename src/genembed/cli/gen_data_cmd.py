@@ -12,14 +12,14 @@ from typing import Annotated
 
 import typer
 
-from ._common import AdapterOpt, DeviceOpt, DtypeOpt, ModelOpt, load_model
+from ._common import DeviceOpt, DtypeOpt, ModelOpt, TemperatureOpt, adapter_option, load_model, out_option
 
 
 def make_gen_data(
     inputs: Annotated[list[Path], typer.Argument(help="JSONL files (query / prompt / text field) or .txt files")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="generative JSONL to write")],
+    out: Annotated[Path, out_option("generative JSONL to write")],
     model: ModelOpt = None,
-    adapter: AdapterOpt = None,
+    adapter: Annotated[str | None, adapter_option("none: the raw backbone answers")] = None,
     dtype: DtypeOpt = "auto",
     device: DeviceOpt = "auto",
     field: Annotated[str | None, typer.Option("--field", help="JSON field holding the prompt")] = None,
@@ -27,11 +27,11 @@ def make_gen_data(
     offset: Annotated[
         int, typer.Option("--offset", min=0, help="skip this many shuffled prompts first (a held-aside split)")
     ] = 0,
-    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", min=1)] = 128,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1)] = 8,
-    temperature: Annotated[float, typer.Option("--temperature", min=0.0, help="0 = greedy")] = 0.0,
-    top_p: Annotated[float, typer.Option("--top-p", min=0.0, max=1.0)] = 1.0,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", min=1, help="tokens per response")] = 128,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="prompts per generation batch")] = 8,
+    temperature: TemperatureOpt = 0.0,
+    top_p: Annotated[float, typer.Option("--top-p", min=0.0, max=1.0, help="nucleus sampling threshold")] = 1.0,
+    seed: Annotated[int, typer.Option("--seed", help="seed for sampling and the prompt shuffle")] = 0,
 ) -> None:
     """Generate responses to prompts with the base model and write generative training data.
 

@@ -6,25 +6,28 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from genembed.encoders.methods import DEFAULT_METHOD
-
 from . import _store
 from ._common import (
-    FIXED_ATTENTION_HELP,
-    METHODS_HELP,
     AdapterOpt,
+    AttentionOpt,
     CenterOpt,
     DeviceOpt,
     DtypeOpt,
     GeneratorOpt,
+    MethodOpt,
     ModelOpt,
+    StepsOpt,
+    check_settings,
     load_index_model,
     load_model,
+    model_settings,
+    out_option,
 )
+from ._spellings import command_class
 
 index_app = typer.Typer(
     help="Build, extend and inspect retrieval indexes (faiss folder or Milvus; chunk metadata; optional KV states).",
@@ -60,10 +63,10 @@ def _ref(value: str | None) -> str | None:
     return str(path.resolve()) if path.exists() else value
 
 
-@index_app.command("build")
+@index_app.command("build", cls=command_class("index build"))
 def build(
     sources: SourcesArg,
-    out: Annotated[str, typer.Option("--out", "-o", help=_store.WHERE_HELP)],
+    out: Annotated[str, out_option(_store.WHERE_HELP)],
     store_kv: Annotated[
         bool,
         typer.Option(
@@ -73,11 +76,9 @@ def build(
     chunk_tokens: Annotated[int, typer.Option("--chunk-tokens", min=1, help="document tokens per chunk")] = 256,
     overlap: Annotated[int, typer.Option("--overlap", min=0, help="tokens shared by consecutive chunks")] = 32,
     kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="KV storage: float32, float16 or bfloat16")] = "float16",
-    method: Annotated[str, typer.Option("--method", help=f"embedding method: {METHODS_HELP}")] = DEFAULT_METHOD,
-    steps: Annotated[int, typer.Option("--steps", "-k", min=1, help="GIRCSE soft tokens K")] = 5,
-    attention: Annotated[
-        str, typer.Option("--attention", help=f"causal or bidirectional ({FIXED_ATTENTION_HELP})")
-    ] = "causal",
+    method: MethodOpt = None,
+    steps: StepsOpt = None,
+    attention: AttentionOpt = None,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="chunks per forward pass")] = 16,
     shard_size: ShardOpt = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="replace an existing index at --out")] = False,
@@ -95,27 +96,23 @@ def build(
     kv_dir: Annotated[Path | None, typer.Option("--kv-dir", help="Milvus: folder for KV states")] = None,
 ) -> None:
     """Chunk, embed and index SOURCES. Rerun the same command after an interruption to resume."""
-    from genembed.encoders.settings import EmbedSettings
     from genembed.retrieval.faiss_factory import parse_search_params
     from genembed.retrieval.index_build import build_index
     from genembed.retrieval.kv_store import resolve_kv_dtype
 
     where = _store.location(out, collection, token)
+    max_length = chunk_tokens + 256  # room for title + template
+    check_settings(method=method, steps=steps, attention=attention, max_length=max_length)
     try:  # check settings before loading the model
         resolve_kv_dtype(kv_dtype)
         if overlap >= chunk_tokens:
             raise ValueError(f"--overlap ({overlap}) must be smaller than --chunk-tokens ({chunk_tokens})")
-        from genembed.encoders.methods import method_rules
-
-        attention = method_rules(method).attention(attention)
-        config = EmbedSettings(
-            method=method, steps=steps, attention=attention, max_length=chunk_tokens + 256
-        )  # room for title + template; checked when made
         store = {"index_params": parse_search_params(index_param), "search_params": parse_search_params(search_param)}
     except ValueError as exc:
         _fail(str(exc))
     loaded = load_model(model, adapter, dtype, center, device, generator)
-    config = config.replace(tau=loaded.tau, center=loaded.center)
+    config = model_settings(loaded, method=method, steps=steps, attention=attention, max_length=max_length)
+    config = config.replace(center=loaded.center)
     try:
         index = build_index(
             loaded,
@@ -136,10 +133,10 @@ def build(
         )
     except _input_errors() as exc:
         _fail(str(exc))
-    _print_info(index)
+    _store.print_info(index)
 
 
-@index_app.command("add")
+@index_app.command("add", cls=command_class("index add"))
 def add(
     index_dir: Annotated[str, typer.Argument(help=_store.WHERE_HELP)],
     sources: SourcesArg,
@@ -150,6 +147,7 @@ def add(
     generator: GeneratorOpt = None,
     dtype: DtypeOpt = "auto",
     device: DeviceOpt = "auto",
+    center: CenterOpt = None,
     collection: _store.CollectionOpt = None,
     token: _store.TokenOpt = None,
 ) -> None:
@@ -160,15 +158,22 @@ def add(
 
     where = _store.location(index_dir, collection, token)
     try:
-        ref = _store.manifest_of(where).get("model", {}).get("ref", {})
+        manifest = _store.manifest_of(where)
     except IndexLoadError as exc:
         _fail(str(exc))
+    ref = manifest.get("model", {}).get("ref", {})
+    built_centred = bool(manifest.get("embed", {}).get("center"))
+    if center is not None and center != built_centred:  # one index holds one kind of vector
+        _fail(
+            f"{index_dir} was built {'with' if built_centred else 'without'} centering and adds the same way: "
+            f"drop --{'' if center else 'no-'}center, or build a new index"
+        )
     loaded = load_index_model(ref, model, adapter, generator, dtype, device)
     try:
         index = add_to_index(loaded, where, sources, batch_size=batch_size, shard_size=shard_size)
     except _input_errors() as exc:
         _fail(str(exc))
-    _print_info(index)
+    _store.print_info(index)
 
 
 @index_app.command("info")
@@ -185,42 +190,4 @@ def info(
         index = open_index(_store.location(index_dir, collection, token))
     except (IndexLoadError, FileNotFoundError) as exc:
         _fail(str(exc))
-    _print_info(index)
-
-
-def _print_info(index: Any) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from genembed.retrieval.index import Index
-
-    if not isinstance(index, Index):
-        return _store.print_milvus_info(index)
-    manifest = index.manifest
-    table = Table(title=f"index {index.path}", show_header=False)
-    table.add_row("chunks", f"{len(index):,} from {len({c.doc_id for c in index.chunks}):,} documents")
-    for row in _store.settings_rows(index):
-        table.add_row(*row)
-    params = ", ".join(f"{k}={v}" for k, v in (manifest.get("faiss") or {}).get("search_params", {}).items())
-    table.add_row("vector index", f"faiss {index.factory}, inner product" + (f" ({params})" if params else ""))
-    tokens = sum(c.tokens for c in index.chunks)
-    if index.has_kv:
-        kv, size = manifest["kv"], index.kv_store.nbytes
-        tokens = sum(index.kv_store.tokens(c.row) for c in index.chunks)
-        per_token = size / max(tokens, 1)
-        table.add_row(
-            "KV states",
-            f"{kv['dtype']}, {kv['layers']} layers x {kv['kv_heads']} KV heads x {kv['head_dim']}: "
-            f"{size / 1e6:,.1f} MB on disk, {per_token:,.0f} B/token, {size / max(len(index), 1) / 1e3:,.0f} kB/chunk",
-        )
-        source = kv.get("source")
-        table.add_row(
-            "KV made by",
-            f"{source['backbone']}, adapter {source['adapter']}, {source['attention']} attention, {source['pass']} pass"
-            if source
-            else "unrecorded (an older index: rebuild with --store-kv to use doc caching)",
-        )
-    else:
-        table.add_row("KV states", "not stored (rebuild with --store-kv for --cache doc/querydoc/docquery)")
-    table.add_row("generation", f"{manifest['generation']} (updated {manifest['updated']})")
-    Console(width=140).print(table)
+    _store.print_info(index)

@@ -32,7 +32,7 @@ def import_encoded(
     from genembed.retrieval.errors import IndexLoadError
     from genembed.retrieval.faiss_factory import parse_search_params
 
-    from .index_cmd import _print_info, _ref
+    from .index_cmd import _ref
 
     where = _store.location(out, collection, token)
     try:
@@ -49,7 +49,7 @@ def import_encoded(
         )
     except (IndexLoadError, FileNotFoundError, FileExistsError, ValueError) as exc:
         _store.fail(str(exc))
-    _print_info(index)
+    _store.print_info(index)
 
 
 def delete(
@@ -62,14 +62,12 @@ def delete(
 ) -> None:
     """Delete documents or chunks from a Milvus store by id or by filter."""
     from genembed.retrieval.errors import IndexLoadError
-    from genembed.retrieval.milvus_store import MilvusIndex
+    from genembed.retrieval.stores import open_index
 
     where = _store.location(index_dir, collection, token)
-    if where.kind != "milvus":
-        _store.fail(f"{index_dir} is a faiss folder; deleting needs a Milvus store (rebuild without the documents)")
     try:
-        index = MilvusIndex.open(where)
+        index = open_index(where)
         count = index.delete(doc_ids=doc, chunk_ids=chunk, filter=filter)
-    except (IndexLoadError, ValueError) as exc:
+    except (IndexLoadError, FileNotFoundError, ValueError) as exc:
         _store.fail(str(exc))
     typer.echo(f"deleted {count:,} chunks from {where}; {len(index):,} remain")

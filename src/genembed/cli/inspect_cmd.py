@@ -6,14 +6,14 @@ from typing import Annotated
 
 import typer
 
-from ._common import AdapterOpt, DeviceOpt, DtypeOpt, ModelOpt, load_model
+from ._common import AdapterOpt, DeviceOpt, DtypeOpt, InstructionOpt, ModelOpt, StepsOpt, load_model, top_option
 
 
 def inspect(
     text: Annotated[str, typer.Argument(help="the text to embed")],
-    instruction: Annotated[str, typer.Option("--instruction", "-i", help="instruction steering the embedding")] = "",
-    steps: Annotated[int, typer.Option("--steps", "-k", min=1, help="soft tokens K")] = 5,
-    top: Annotated[int, typer.Option("--top", min=1, help="tokens shown per step")] = 8,
+    instruction: InstructionOpt = "",
+    steps: StepsOpt = None,
+    top: Annotated[int, top_option("tokens shown per step")] = 8,
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
     dtype: DtypeOpt = "auto",

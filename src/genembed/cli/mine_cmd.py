@@ -13,27 +13,33 @@ from typing import Annotated
 
 import typer
 
-from ._common import AdapterOpt, DeviceOpt, DtypeOpt, ModelOpt, load_model
-
-
-def _fail(message: str) -> None:
-    typer.secho(f"error: {message}", fg="red", err=True)
-    raise typer.Exit(2)
+from ._common import (
+    AdapterOpt,
+    CenterOpt,
+    DeviceOpt,
+    DtypeOpt,
+    MethodOpt,
+    ModelOpt,
+    QuietOpt,
+    StepsOpt,
+    fail,
+    load_model,
+    model_settings,
+    out_option,
+    top_option,
+)
 
 
 def mine_negatives(
     inputs: Annotated[list[Path], typer.Argument(metavar="IN.jsonl...", help="contrastive training files")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="output JSONL: the rows with mined negatives")],
+    out: Annotated[Path, out_option("output JSONL: the rows with mined negatives")],
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
     dtype: DtypeOpt = "auto",
     device: DeviceOpt = "auto",
-    method: Annotated[
-        str | None, typer.Option("--method", help="gircse, mean, last or grit (default: the model's)")
-    ] = None,
-    steps: Annotated[
-        int | None, typer.Option("--steps", "-k", min=1, help="GIRCSE soft tokens K (default: the model's)")
-    ] = None,
+    center: CenterOpt = None,
+    method: MethodOpt = None,
+    steps: StepsOpt = None,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="texts per forward pass")] = 32,
     symmetric: Annotated[
         bool, typer.Option("--symmetric", help="documents carry the row's instruction (a symmetric training file)")
@@ -41,8 +47,8 @@ def mine_negatives(
     doc_instruction: Annotated[
         str, typer.Option("--doc-instruction", help="instruction on documents otherwise (data.doc_instruction)")
     ] = "",
-    depth: Annotated[int, typer.Option("--depth", min=1, help="candidates searched per query")] = 30,
-    num_negatives: Annotated[int, typer.Option("--num-negatives", "-n", min=0, help="mined negatives per row")] = 3,
+    top: Annotated[int, top_option("candidates searched per query")] = 30,
+    num_negatives: Annotated[int, typer.Option("--num-negatives", min=0, help="mined negatives per row")] = 3,
     margin: Annotated[
         float, typer.Option("--margin", min=0.0, help="drop candidates above margin x the positive's score (0: off)")
     ] = 0.95,
@@ -54,26 +60,18 @@ def mine_negatives(
     doc_max_length: Annotated[int, typer.Option("--doc-max-length", min=1, help="tokens per document")] = 128,
     shard_size: Annotated[int, typer.Option("--shard-size", min=1, help="texts per cached embedding shard")] = 1024,
     keep_cache: Annotated[bool, typer.Option("--keep-cache", help="keep OUT.mining/ after writing OUT")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bars")] = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Set each row's negatives to the hardest texts of the files' pool that the model ranks (docs/training.md)."""
     from genembed._files import DamagedFileError
-    from genembed.encoders.settings import EmbedSettings
     from genembed.training.mining import mine_negatives as mine
 
     for path in inputs:
         if not path.is_file():
-            _fail(f"input file not found: {path}")
-    loaded = load_model(model, adapter, dtype, None, device)
+            fail(f"input file not found: {path}")
+    loaded = load_model(model, adapter, dtype, center, device)
+    options = model_settings(loaded, method=method, steps=steps, batch_size=batch_size)
     try:
-        options = EmbedSettings.build(
-            method=method or loaded.method,
-            steps=steps or loaded.steps,
-            attention=loaded.attention if method is None else None,
-            prompt_format=loaded.prompt_format if method is None else None,
-            tau=loaded.tau,
-            batch_size=batch_size,
-        )
         result = mine(
             loaded,
             inputs,
@@ -83,7 +81,7 @@ def mine_negatives(
             options=options,
             query_max_length=query_max_length,
             doc_max_length=doc_max_length,
-            depth=depth,
+            depth=top,
             num_negatives=num_negatives,
             margin=margin,
             skip_top=skip_top,
@@ -93,7 +91,7 @@ def mine_negatives(
             show_progress_bar=not quiet,
         )
     except (ValueError, DamagedFileError) as exc:  # DataError is a ValueError
-        _fail(str(exc))
+        fail(str(exc))
     removed = ", ".join(f"{k} {v}" for k, v in result.removed.items() if v)
     typer.echo(
         f"{result.rows} rows, pool {result.pool} texts: {result.mined} negatives mined "

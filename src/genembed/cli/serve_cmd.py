@@ -8,7 +8,18 @@ from typing import Annotated, Any
 
 import typer
 
-from ._common import AdapterOpt, CenterOpt, DeviceOpt, DtypeOpt, GeneratorOpt, ModelOpt, load_model, pick_generator
+from ._common import (
+    AdapterOpt,
+    CenterOpt,
+    DeviceOpt,
+    DtypeOpt,
+    GeneratorOpt,
+    MethodOpt,
+    ModelOpt,
+    StepsOpt,
+    fail,
+    load_model,
+)
 
 _LIMITS = "Limits and batching"
 
@@ -28,26 +39,16 @@ def serve(
     host: Annotated[str, typer.Option("--host", help="address to bind; loopback unless you mean to expose it")] = (
         "127.0.0.1"
     ),
-    port: Annotated[int, typer.Option("--port", "-p", min=0, max=65535)] = 8000,
+    port: Annotated[
+        int, typer.Option("--port", "-p", min=0, max=65535, help="port to listen on (0: any free one)")
+    ] = 8000,
     api_key: Annotated[
         str | None,
         typer.Option("--api-key", envvar="GENEMBED_API_KEY", help="require 'Authorization: Bearer KEY' on /v1/*"),
     ] = None,
-    generation_adapter: Annotated[
-        bool | None,
-        typer.Option(
-            "--generation-adapter/--no-generation-adapter",
-            help="chat and rerank with / without the adapter (default: with it only if it was trained jointly)",
-        ),
-    ] = None,
     model_id: Annotated[str | None, typer.Option("--model-id", help="model name in responses")] = None,
-    method: Annotated[
-        str | None,
-        typer.Option("--method", help="embedding method: gircse, mean, last or grit (default: the model's own)"),
-    ] = None,
-    steps: Annotated[
-        int | None, typer.Option("--steps", "-k", min=1, help="default GIRCSE soft tokens K (default: the model's own)")
-    ] = None,
+    method: MethodOpt = None,
+    steps: StepsOpt = None,
     max_steps: Annotated[int, _limit("highest steps a request may ask for")] = 20,
     max_inputs: Annotated[int, _limit("texts per embeddings request / documents per rerank")] = 256,
     max_input_tokens: Annotated[int, _limit("tokens per prompt (text + instruction + template)")] = 512,
@@ -101,6 +102,7 @@ def serve(
     ] = None,
 ) -> None:
     """Serve one model: POST /v1/embeddings, /v1/chat/completions, /v1/rerank, /v2/rerank; /metrics; a page at /."""
+    _check_port(host, port)  # first: a busy port fails in a second, not after the imports and the model load
     from genembed.encoders.methods import DEFAULT_METHOD
     from genembed.serve import ServeSettings, create_app, run_server
     from genembed.serve.instructions import load_instructions
@@ -142,7 +144,7 @@ def serve(
         import torch
 
         torch.set_num_threads(threads)
-    loaded = load_model(model, adapter, dtype, center, device, pick_generator(generator, generation_adapter))
+    loaded = load_model(model, adapter, dtype, center, device, generator)
     try:  # a model saved with its settings (model.save) serves its own method and K unless told otherwise
         settings = replace(settings, method=method or loaded.method, default_steps=steps or loaded.steps)
     except ValueError as exc:
@@ -159,3 +161,25 @@ def serve(
         f"(device {loaded.device}; page at /, API docs at /docs)"
     )
     run_server(app, host=host, port=port, graceful_timeout=graceful_timeout, log_level=log_level)
+
+
+def _check_port(host: str, port: int) -> None:
+    """Fail now, naming the port and ``--port``, when ``host:port`` cannot be bound (in use, not allowed)."""
+    import socket
+
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        fail(f"--host {host}: not an address this machine can listen on ({exc.strerror})")
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is no obstacle
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            fail(
+                f"cannot listen on port {port} of {host} ({exc.strerror}): another server may be using it; "
+                "stop it or choose another port with --port"
+            )

@@ -21,7 +21,7 @@ it is looked up before it is computed, in this order:
 3. the disk cache, keyed by a digest of the model's weights, the settings and the instruction
    (:mod:`genembed.encoders.centre_files`; ``GENEMBED_CENTRE_CACHE=off`` turns it off).
 
-Only then are the calibration texts encoded. ``benchmarks/embedding_centering.py`` measures the
+Only then are the calibration texts encoded. ``experiments/embedding_centering.py`` measures the
 effect of centering on the dev tasks.
 
 Centering is applied after the raw embeddings are computed. The evaluation cache stores raw

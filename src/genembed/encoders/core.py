@@ -1,7 +1,7 @@
 """The embedding core: one prepared (tokenized, left-padded) batch in, its embeddings out, for any method.
 
 Encoding (:mod:`genembed.encoders.embedder`), the training forward (:mod:`genembed.training.forward`),
-index building (:mod:`genembed.retrieval.embed_kv`) and the server (through ``encode``) all embed
+index building (:mod:`genembed.retrieval.kv_embed`) and the server (through ``encode``) all embed
 here, with one :class:`~genembed.encoders.settings.EmbedSettings`; what differs per method is read
 from its :class:`~genembed.encoders.methods.MethodRules`:
 

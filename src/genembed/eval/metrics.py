@@ -85,7 +85,7 @@ def cluster_v_measure(x: np.ndarray, labels: Sequence[str], *, seed: int = 42, s
     seeds ``seed .. seed + starts - 1`` (each start scored on its own, not the best of them).
 
     Evaluations use seed 42 and one start by default, as the reference implementation does; one start
-    moves a score by 1-2 points (``benchmarks/clustering_seed_spread.py``), so comparing two close
+    moves a score by 1-2 points (``experiments/clustering_seed_spread.py``), so comparing two close
     models wants the mean over many starts (``genembed eval --cluster-starts 20``)."""
     from sklearn.cluster import MiniBatchKMeans
     from sklearn.metrics import v_measure_score

@@ -9,10 +9,10 @@ import json
 import math
 from pathlib import Path
 
-from .._files import atomic_write_text as atomic_write  # kept under this name: benchmarks import it from here
+from .._files import atomic_write_text
 from .results import EvalReport
 
-__all__ = ["atomic_write", "markdown", "plot_scaling", "write_report"]
+__all__ = ["markdown", "plot_scaling", "write_report"]
 
 
 def write_report(report: EvalReport, out: str | Path, *, final: bool = True) -> list[Path]:
@@ -23,11 +23,11 @@ def write_report(report: EvalReport, out: str | Path, *, final: bool = True) -> 
     """
     out = Path(out)
     payload = report.to_dict() | {"complete": final}
-    atomic_write(out, json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(out, json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
     written = [out]
     if final:
         md = out.with_suffix(".md")
-        atomic_write(md, markdown(report))
+        atomic_write_text(md, markdown(report))
         written.append(md)
         if len(report.views) > 1:
             png = out.with_name(out.stem + "_scaling.png")
@@ -143,4 +143,4 @@ def plot_scaling(report: EvalReport, path: str | Path) -> None:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
     plt.close(fig)
-    atomic_write(path, buffer.getvalue())
+    atomic_write_text(path, buffer.getvalue())

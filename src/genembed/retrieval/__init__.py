@@ -1,6 +1,7 @@
-"""Retrieval and RAG: chunk sources, build an index (with optional KV states) in a faiss folder or a
-Milvus collection, search it, and answer questions with the retrieved passages in context, reusing KV
-states from the embedding passes.
+"""Retrieval and RAG: chunk sources, build an index (with optional KV states) in any vector store (a
+faiss folder or a Milvus collection, behind one protocol: :mod:`~genembed.retrieval.store`), search
+it, and answer questions with the retrieved passages in context, reusing KV states from the
+embedding passes.
 
 Names load lazily, so importing this package does not import faiss or safetensors.
 """
@@ -15,9 +16,9 @@ _LAZY = {
     "SourceError": "chunking",
     "chunk_documents": "chunking",
     "read_sources": "chunking",
-    "encode_with_kv": "embed_kv",
-    "Index": "index",
-    "ChunkRecord": "index",
+    "encode_with_kv": "kv_embed",
+    "FaissStore": "faiss_store",
+    "ChunkRecord": "store",
     "build_index": "index_build",
     "add_to_index": "index_build",
     "IndexLoadError": "errors",
@@ -25,8 +26,10 @@ _LAZY = {
     "IndexVersionError": "errors",
     "IndexIncompleteError": "errors",
     "StoreConnectionError": "errors",
-    "MilvusIndex": "milvus_store",
-    "StoreLocation": "stores",
+    "MilvusStore": "milvus_store",
+    "StoreLocation": "store",
+    "VectorStore": "store",
+    "STORES": "stores",
     "open_index": "stores",
     "parse_location": "stores",
     "import_encoded": "encoded_import",

@@ -26,7 +26,7 @@ GRIT puts the query first for query caching; with the bundled 135M model, answer
 first were right far less often (docs/rag.md), so every mode that allows it defaults to doc_first.
 
 A cached segment's states come from one causal pass of the generation weights over ``head + segment``
-(:mod:`genembed.retrieval.segment_kv`): positions ``h .. h + L - 1``. Segments sit back to back after
+(:mod:`genembed.retrieval.kv_segment`): positions ``h .. h + L - 1``. Segments sit back to back after
 the head; a cached segment's keys are rotated from where they were computed to their place
 (``shift_keys``), values are reused unchanged. Computed segments before a cached one are run into
 the cache first (e.g. ``query`` in doc_first order: passages computed, then the query's states

@@ -10,10 +10,10 @@ Queries are embedded with the settings recorded in ``emb/config.json`` (model, m
 attention, prompt format, length, centering) and a query instruction (the records' own instruction
 is the documents' one).
 
-Streaming: shards are memory-mapped and added one at a time. A Milvus import records each finished
-shard in the collection, so an interrupted import resumes with the next one; a shard redone after a
-crash upserts the same primary keys, so nothing is duplicated. A faiss import writes its folder in one
-commit at the end (atomic, like every faiss write).
+Streaming: shards are memory-mapped and added to the store one at a time, through the
+:class:`~genembed.retrieval.store.VectorStore` protocol like a build. The store records each finished
+shard, so an interrupted import resumes with the next one (a Milvus shard redone after a crash
+upserts the same primary keys; a faiss folder stages shards in ``.build/`` and commits once at the end).
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from ..encoders.corpus import corpus_manifest, iter_corpus_embeddings, read_records
+from ..encoders.corpus import corpus_manifest, read_records
 from ..encoders.settings import EmbedSettings
-from .index import ChunkRecord, commit
-from .stores import StoreLocation, parse_location, store_settings
+from .index_build import run_shards
+from .store import ChunkRecord, StoreLocation, VectorStore
+from .stores import create_index, index_settings, parse_location
 
 __all__ = ["encoded_embed_config", "import_encoded"]
 
@@ -71,7 +72,7 @@ def import_encoded(
     search_params: dict[str, float] | None = None,
     overwrite: bool = False,
     show_progress_bar: bool = True,
-) -> Any:
+) -> VectorStore:
     """Make an index at ``out`` from the output folder ``emb_dir`` of ``genembed encode`` and its ``corpus``.
 
     Args:
@@ -85,7 +86,7 @@ def import_encoded(
         show_progress_bar: show a progress bar.
 
     Returns:
-        The :class:`~genembed.retrieval.index.Index` or :class:`~genembed.retrieval.milvus_store.MilvusIndex`.
+        The store holding the new index.
 
     Raises:
         FileNotFoundError: ``emb_dir`` is not a finished encode folder, or ``corpus`` is missing.
@@ -114,36 +115,23 @@ def import_encoded(
         "kv": None,
         "sources": [str(corpus)],
         "imported_from": str(emb_dir.resolve()),
-        **store_settings(location, dim, index_type=index_type, index_params=index_params, search_params=search_params),
+        **index_settings(location, dim, index_type=index_type, index_params=index_params, search_params=search_params),
     }
     reader = _CorpusReader(corpus, encode_config)
-    if location.kind == "faiss":
-        return _import_faiss(Path(location.uri), emb_dir, reader, manifest, overwrite)
-    from .milvus_build import run_shards
-    from .milvus_store import MilvusIndex
-
-    index = MilvusIndex.create(location, manifest, overwrite=overwrite)
-    fingerprint = hashlib.sha256(
+    store = create_index(location, manifest, overwrite=overwrite)
+    job = hashlib.sha256(
         json.dumps([manifest["model"], manifest["embed"], encode_config, shards], sort_keys=True).encode()
     ).hexdigest()
 
-    def upsert_shard(j: int, _: list[Any]) -> None:
+    def add_shard(j: int, _: list[Any]) -> None:
         ids = json.loads((emb_dir / shards[j]["ids"]).read_text())
-        records = reader.shard(j, ids)
-        index.upsert(records, np.load(emb_dir / shards[j]["embeddings"], mmap_mode="r"))
+        store.add(reader.shard(j, ids), np.load(emb_dir / shards[j]["embeddings"], mmap_mode="r"))
 
     run_shards(
-        index,
-        fingerprint,
-        list(range(len(shards))),
-        1,
-        upsert_shard,
-        desc="import",
-        unit="shard",
-        progress_bar=show_progress_bar,
+        store, job, list(range(len(shards))), 1, add_shard, desc="import", unit="shard", progress_bar=show_progress_bar
     )
-    index.update_manifest(complete=True)
-    return index
+    store.save()
+    return store
 
 
 class _CorpusReader:
@@ -170,16 +158,3 @@ class _CorpusReader:
             ChunkRecord(first + n, f"{doc_id}#0", str(doc_id), 0, "", text, str(self.corpus), 0)
             for n, (doc_id, text) in enumerate(zip(record_ids, texts, strict=True))
         ]
-
-
-def _import_faiss(path: Path, emb_dir: Path, reader: _CorpusReader, manifest: dict[str, Any], overwrite: bool) -> Any:
-    from .index_build import _prepare_folder
-
-    _prepare_folder(path, overwrite)
-    path.mkdir(parents=True, exist_ok=True)
-    records: list[ChunkRecord] = []
-    blocks = []
-    for j, (ids, embeddings) in enumerate(iter_corpus_embeddings(emb_dir)):
-        records.extend(reader.shard(j, ids))
-        blocks.append(embeddings)
-    return commit(path, base=None, records=records, embeddings=blocks, manifest=manifest, kv_shards=[])

@@ -25,18 +25,21 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 
 from .errors import IndexCorruptedError, IndexIncompleteError, IndexLoadError, IndexVersionError, StoreConnectionError
 from .faiss_factory import parse_search_params
-from .index import ChunkRecord, ManifestQueries
 from .kv_ops import KV
-from .kv_store import KVStore
+from .kv_store import KVStore, resolve_kv_dtype, write_kv_shard
 from .search import no_hits
-from .stores import StoreLocation, parse_location
+from .store import DEFAULT_COLLECTION, ChunkRecord, ManifestQueries, StoreLocation
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "MilvusIndex", "chunk_key", "connect"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "MILVUS_INDEX_TYPES", "MilvusStore", "chunk_key", "connect", "embedded"]
+
+MILVUS_INDEX_TYPES = ("AUTOINDEX", "FLAT", "HNSW", "HNSW_SQ", "IVF_FLAT", "IVF_SQ8", "IVF_PQ", "DISKANN", "SCANN")
+_SERVER_SCHEMES = ("http", "https", "tcp", "grpc", "unix")
 
 FORMAT, FORMAT_VERSION = "genembed-milvus", 1
 MANIFEST_KEY, PROGRESS_KEY = "genembed.manifest", "genembed.progress"
@@ -45,6 +48,7 @@ _FIELDS = ["chunk_id", "doc_id", "number", "title", "text", "source", "tokens", 
 _WRITE_BATCH = 512  # entities per upsert request (well under gRPC's message limit at width 576)
 _MAX_TOPK = 16_384  # Milvus's limit on k
 _CACHE_ROWS = 10_000  # fetched entities kept for text()/chunk() after a search
+_DELETE_BATCH = 256  # documents per stale-chunk delete expression
 
 
 def chunk_key(chunk_id: str) -> int:
@@ -64,6 +68,34 @@ def _message(exc: Exception) -> str:
     return str(getattr(exc, "message", None) or exc).strip()
 
 
+def embedded(location: StoreLocation) -> bool:
+    """A local milvus-lite database (not a server)."""
+    return "://" not in location.uri
+
+
+def _parse(text: str) -> StoreLocation | None:
+    explicit = text.lower().startswith("milvus:")
+    rest = text[len("milvus:") :].strip() if explicit else text
+    if "://" in rest:
+        parts = urlsplit(rest)
+        if parts.scheme.lower() not in _SERVER_SCHEMES:
+            return None  # another store's scheme, or none's
+        if parts.scheme.lower() != "unix" and not parts.hostname:
+            raise ValueError(f"Milvus URI {text!r} has no host: write it like http://localhost:19530")
+        try:
+            parts.port  # noqa: B018 - raises ValueError on a non-numeric port
+        except ValueError:
+            raise ValueError(f"Milvus URI {text!r} has a bad port: write it like http://localhost:19530") from None
+        return StoreLocation("milvus", rest, DEFAULT_COLLECTION)
+    if explicit:
+        if not rest:
+            raise ValueError(f"index location {text!r} names no file: write milvus:./my-index.db")
+        if not rest.endswith(".db"):
+            raise ValueError(f"index location {text!r}: a milvus-lite database path must end in .db (pymilvus's rule)")
+        return StoreLocation("milvus", rest, DEFAULT_COLLECTION)
+    return StoreLocation("milvus", text, DEFAULT_COLLECTION) if text.endswith(".db") else None
+
+
 def connect(location: StoreLocation) -> Any:
     """A ``MilvusClient`` for ``location``.
 
@@ -72,7 +104,7 @@ def connect(location: StoreLocation) -> Any:
             reached or refuses the credentials; the message names the URI.
     """
     pymilvus = _pymilvus()
-    if location.embedded:
+    if embedded(location):
         parent = Path(location.uri).expanduser().resolve().parent
         if not parent.is_dir():
             raise StoreConnectionError(
@@ -87,15 +119,15 @@ def connect(location: StoreLocation) -> Any:
         ) from exc
 
 
-class MilvusIndex(ManifestQueries):
-    """A genembed index stored in a Milvus collection; a :class:`~genembed.retrieval.search.SearchIndex`.
+class MilvusStore(ManifestQueries):
+    """A genembed index stored in a Milvus collection (a :class:`~genembed.retrieval.store.VectorStore`).
 
     Open one with :meth:`open` (or :func:`genembed.retrieval.stores.open_index`); build one with
     :func:`genembed.retrieval.build_index` given a Milvus location. Ids in :meth:`search` results are the
     chunks' primary keys (:func:`chunk_key`).
 
     Example:
-        >>> index = MilvusIndex.open(parse_location("milvus:./idx.db"))
+        >>> index = MilvusStore.open(parse_location("milvus:./idx.db"))
         >>> scores, ids = index.search(index.encode_queries(model, ["what is RoPE?"]), 3, filter='number == 0')
         >>> index.chunk(int(ids[0, 0])).source
     """
@@ -108,10 +140,54 @@ class MilvusIndex(ManifestQueries):
         self._kv_files: dict[str, KVStore] = {}
         self.search_params = dict((manifest.get("milvus") or {}).get("search_params", {}))
 
+    # ---- the registry's class methods ----------------------------------------------------------
+    @classmethod
+    def claim(cls, text: str) -> StoreLocation | None:
+        """``milvus:FILE.db`` or any ``*.db`` path (milvus-lite), an ``http(s)://`` (or tcp, grpc, unix)
+        server URI, ``milvus:`` in front allowed; ValueError for a bad one, naming it."""
+        return _parse(text)
+
+    @classmethod
+    def check_location(cls, location: StoreLocation) -> StoreLocation:
+        """Check the collection name (Milvus: a letter or underscore first, then letters, digits and
+        underscores, at most 255 characters)."""
+        name = location.collection
+        ok = bool(name) and len(name) <= 255 and (name[0].isalpha() or name[0] == "_")
+        if not ok or not all(c.isascii() and (c.isalnum() or c == "_") for c in name):
+            raise ValueError(
+                f"{location.uri}: bad Milvus collection name {name!r}: use letters, digits and underscores, "
+                "starting with a letter or underscore"
+            )
+        return location
+
+    @classmethod
+    def index_settings(
+        cls,
+        dim: int,
+        *,
+        index_type: str | None = None,
+        index_params: dict[str, Any] | None = None,
+        search_params: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """``{"milvus": {"index_type", "index_params", "search_params"}}`` (default ``AUTOINDEX``).
+
+        Raises:
+            ValueError: an unknown Milvus index type (the message lists the known ones).
+        """
+        kind = (index_type or "AUTOINDEX").strip().upper()
+        if kind not in MILVUS_INDEX_TYPES:
+            raise ValueError(f"unknown Milvus index type {index_type!r}; choose one of {', '.join(MILVUS_INDEX_TYPES)}")
+        build, search = parse_search_params(index_params), parse_search_params(search_params)
+        return {"milvus": {"index_type": kind, "index_params": build, "search_params": search}}
+
+    @classmethod
+    def read_manifest(cls, location: StoreLocation) -> dict[str, Any]:
+        return cls.open(location).manifest
+
     # ---- opening and creating ------------------------------------------------------------------
     @classmethod
-    def open(cls, location: StoreLocation | str, *, allow_incomplete: bool = False) -> MilvusIndex:
-        """Open the collection at ``location``.
+    def open(cls, location: StoreLocation | str, *, verify: bool = True, allow_incomplete: bool = False) -> MilvusStore:
+        """Open the collection at ``location`` (``verify``: Milvus checks its own data; accepted for the protocol).
 
         Raises:
             StoreConnectionError: Milvus cannot be reached.
@@ -119,7 +195,11 @@ class MilvusIndex(ManifestQueries):
             IndexVersionError: written by an incompatible genembed.
             IndexIncompleteError: its first build was interrupted (rerun it to resume).
         """
-        location = parse_location(location)
+        if not isinstance(location, StoreLocation):
+            parsed = _parse(str(location))
+            if parsed is None:
+                raise ValueError(f"{location!r} is not a Milvus location: write milvus:FILE.db or http(s)://HOST:PORT")
+            location = cls.check_location(parsed)
         client = connect(location)
         if not client.has_collection(location.collection):
             there = ", ".join(client.list_collections()) or "none"
@@ -135,13 +215,19 @@ class MilvusIndex(ManifestQueries):
         return cls(client, location, manifest)
 
     @classmethod
-    def create(cls, location: StoreLocation, manifest: dict[str, Any], *, overwrite: bool = False) -> MilvusIndex:
+    def create(cls, location: StoreLocation, manifest: dict[str, Any], *, overwrite: bool = False) -> MilvusStore:
         """Create the collection for a new index, or reopen an interrupted build of the same settings.
+
+        A manifest with KV states keeps them in ``kv.dir`` (default: ``<name>.kv`` beside a milvus-lite
+        file; a server needs one, the states stay on local disk).
 
         Raises:
             FileExistsError: the collection holds a finished index (and not ``overwrite``), an interrupted
                 build with other settings, or data genembed did not write.
+            ValueError: KV states for a server without ``kv.dir``.
         """
+        if manifest.get("kv") is not None:
+            manifest = {**manifest, "kv": {**manifest["kv"], "dir": _kv_dir(location, manifest["kv"].get("dir"))}}
         client = connect(location)
         name = location.collection
         if client.has_collection(name):
@@ -207,6 +293,29 @@ class MilvusIndex(ManifestQueries):
 
     def clear_progress(self) -> None:
         self.client.alter_collection_properties(self.name, properties={PROGRESS_KEY: ""})
+
+    def save(self) -> None:
+        """Chunks are durable once upserted: mark the build complete and forget the job's progress."""
+        self.clear_progress()
+        if not self.manifest.get("complete", True):
+            self.update_manifest(complete=True)
+
+    def describe(self) -> list[tuple[str, str]]:
+        manifest = self.manifest
+        rows = [("chunks", f"{len(self):,}"), *self.settings_rows()]
+        milvus = manifest["milvus"]
+        params = ", ".join(f"{k}={v}" for k, v in {**milvus["index_params"], **milvus["search_params"]}.items())
+        rows.append(
+            ("vector index", f"Milvus {milvus['index_type']}, inner product" + (f" ({params})" if params else ""))
+        )
+        if self.kv_dir is not None:
+            files = self.kv_dir.glob("*.safetensors") if self.kv_dir.is_dir() else []
+            size = sum(p.stat().st_size for p in files)
+            rows.append(("KV states", f"{manifest['kv']['dtype']} in {self.kv_dir}: {size / 1e6:,.1f} MB on disk"))
+        else:
+            rows.append(("KV states", "not stored (rebuild with --store-kv for --cache doc/querydoc/docquery)"))
+        rows.append(("updated", manifest["updated"]))
+        return rows
 
     # ---- the search protocol -------------------------------------------------------------------
     def __len__(self) -> int:
@@ -302,17 +411,41 @@ class MilvusIndex(ManifestQueries):
         self._rows[pk] = row
 
     # ---- writing -------------------------------------------------------------------------------
-    def upsert(self, records: Sequence[ChunkRecord], embeddings: np.ndarray, *, kv_file: str = "") -> int:
-        """Insert or replace chunks (keyed by ``chunk_key(record.id)``; ``record.row`` is ignored).
+    def prepare_documents(self, chunks_per_doc: dict[str, int]) -> None:
+        """Make room to replace these documents: delete the chunks of known ones past their new count
+        (the others are replaced by the upserts that follow)."""
+        docs = list(chunks_per_doc)
+        for start in range(0, len(docs), _DELETE_BATCH):
+            part = docs[start : start + _DELETE_BATCH]
+            stale = " or ".join(
+                f"(doc_id == {json.dumps(d, ensure_ascii=False)} and number >= {chunks_per_doc[d]})" for d in part
+            )
+            self.delete(filter=stale)
+
+    def add(self, records: Sequence[ChunkRecord], embeddings: np.ndarray, *, kv: list[KV] | None = None) -> int:
+        """:meth:`upsert`: chunks are keyed by their ids, so adding a known one replaces it."""
+        return self.upsert(records, embeddings, kv=kv)
+
+    def upsert(self, records: Sequence[ChunkRecord], embeddings: np.ndarray, *, kv: list[KV] | None = None) -> int:
+        """Insert or replace chunks (keyed by ``chunk_key(record.id)``; ``record.row`` is ignored), and
+        write their KV states ``kv`` to a shard file in the KV folder (named by the chunks' ids and texts,
+        so a shard upserted again replaces its own file).
 
         Raises:
-            ValueError: counts or width disagree, or a field is longer than Milvus stores (the message
-                names the chunk and field).
+            ValueError: counts or width disagree, KV states are missing (or given to an index without
+                them), or a field is longer than Milvus stores (the message names the chunk and field).
         """
-        embeddings = np.asarray(embeddings, dtype=np.float32)
-        if embeddings.shape != (len(records), self.dim):
-            raise ValueError(
-                f"{len(records)} chunks need ({len(records)}, {self.dim}) embeddings, got {embeddings.shape}"
+        embeddings = self.check_added(records, embeddings, kv)
+        kv_file = ""
+        if kv is not None and records:
+            content = json.dumps([[r.id, r.text, r.tokens] for r in records]).encode("utf-8")
+            kv_file = f"{hashlib.sha256(content).hexdigest()[:16]}.safetensors"
+            write_kv_shard(
+                self.kv_dir / kv_file,
+                [chunk_key(r.id) for r in records],
+                kv,
+                dtype=resolve_kv_dtype(self.manifest["kv"]["dtype"]),
+                metadata={"model": self.manifest["model"]["name"], "format": "genembed-kv"},
             )
         rows = [_entity(r, e, kv_file) for r, e in zip(records, embeddings, strict=True)]
         for start in range(0, len(rows), _WRITE_BATCH):
@@ -386,7 +519,7 @@ class MilvusIndex(ManifestQueries):
 
     def __repr__(self) -> str:
         kv = f", kv={self.manifest['kv']['dtype']}" if self.has_kv else ""
-        return f"MilvusIndex({self.where!r}, method={self.config.method!r}{kv})"
+        return f"MilvusStore({self.where!r}, method={self.config.method!r}{kv})"
 
 
 def read_manifest(client: Any, location: StoreLocation) -> dict[str, Any]:
@@ -410,6 +543,16 @@ def read_manifest(client: Any, location: StoreLocation) -> dict[str, Any]:
         if key not in manifest:
             raise IndexCorruptedError(f"{location}: the manifest lacks the field {key!r}")
     return manifest
+
+
+def _kv_dir(location: StoreLocation, kv_dir: str | Path | None) -> str:
+    if kv_dir is not None:
+        return str(Path(kv_dir).expanduser().resolve())
+    if embedded(location):
+        return str(Path(location.uri).expanduser().resolve().with_suffix(".kv"))
+    raise ValueError(
+        f"{location}: KV states stay on local disk beside a Milvus server; pass --kv-dir (kv_dir=) for their folder"
+    )
 
 
 def _settings(manifest: dict[str, Any]) -> dict[str, Any]:

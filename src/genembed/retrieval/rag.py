@@ -2,7 +2,7 @@
 passages, lay out the prompt, reuse KV states from the embedding passes where the caching mode says so,
 and generate.
 
->>> index = Index.load("my-index")
+>>> index = open_index("my-index")
 >>> answer = ask(model, index, "What does RoPE rotate?", cache="doc", top_k=3)
 >>> print(answer.text); [s.id for s in answer.sources]
 
@@ -24,13 +24,13 @@ from ..generation.chat import eos_token_ids
 from ..generation.decoding import decode_stream, repetition_processors
 from ..generation.detokenize import stream_pieces
 from .context import Context, Segment, assemble, fresh_input, mode_layout
-from .embed_kv import encode_with_kv
-from .index import Index
+from .kv_embed import encode_with_kv
 from .kv_ops import KV
+from .kv_segment import reusable_prefix, segment_states
 from .kv_source import check_kv_source
 from .rag_prompt import RagPrompt
 from .search import rerank_hits, retrieve_hits
-from .segment_kv import reusable_prefix, segment_states
+from .store import VectorStore
 
 __all__ = ["Answer", "Query", "Source", "ask", "build_context", "retrieve"]
 
@@ -44,7 +44,7 @@ NO_REPEAT_NGRAM_SIZE = 4
 class Query:
     """The question and its embedding pass: ``embedding`` ``(1, D)``, ``ids`` the embedding prompt's
     tokens and ``kv`` their states (kept with ``keep_query_kv``; reused for a cached query segment only
-    when that pass is the generator's own, see :mod:`genembed.retrieval.segment_kv`)."""
+    when that pass is the generator's own, see :mod:`genembed.retrieval.kv_segment`)."""
 
     text: str
     embeddings: Any
@@ -54,7 +54,8 @@ class Query:
 
 @dataclass(frozen=True)
 class Source:
-    """A retrieved passage: its index row and chunk id, where it came from, and its scores."""
+    """A retrieved passage: the store's key for it (``row``: a faiss row, a Milvus primary key), its chunk
+    and document ids from the corpus, where it came from, and its scores."""
 
     row: int
     id: str
@@ -90,7 +91,7 @@ class Answer:
 
 def retrieve(
     model: Any,
-    index: Index,
+    index: VectorStore,
     question: str,
     *,
     top_k: int = 3,
@@ -132,7 +133,7 @@ def retrieve(
 
 def build_context(
     model: Any,
-    index: Index,
+    index: VectorStore,
     query: Query,
     sources: list[Source],
     *,
@@ -206,7 +207,7 @@ def _query_states(model: Any, query: Query, head: list[int], q_ids: list[int]) -
 
 def ask(
     model: Any,
-    index: Index,
+    index: VectorStore,
     question: str,
     *,
     cache: str = "none",
@@ -228,8 +229,8 @@ def ask(
 
     Args:
         model: the :class:`~genembed.GenerativeEmbedder` the index was built with.
-        index: an :class:`~genembed.retrieval.index.Index` or a Milvus store's
-            :class:`~genembed.retrieval.milvus_store.MilvusIndex` (with KV states for the doc-caching modes).
+        index: the index, in any store (:func:`~genembed.retrieval.stores.open_index`; with KV states for
+            the doc-caching modes).
         question: the question.
         cache: ``none``, ``query``, ``doc``, ``querydoc`` or ``docquery`` (see :mod:`~genembed.retrieval.context`).
         order: ``doc_first`` (default) or ``query_first``; ``querydoc`` and ``docquery`` fix it.

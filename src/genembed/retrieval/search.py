@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -26,8 +26,9 @@ class SearchIndex(Protocol):
     first; ids of -1 mark missing results. ``text(i)`` returns the text with id ``i``.
 
     Optionally an index also offers ``encode_queries(model, queries) -> (n, dim)`` to embed queries
-    with its own build settings (method, steps, query instruction), as
-    :class:`genembed.retrieval.Index` does; :func:`search` then uses it for the query embedding.
+    with its own build settings (method, steps, query instruction), and ``chunk(i)`` with the chunk's
+    corpus ids (``.id``, ``.doc_id``), as every :class:`~genembed.retrieval.store.VectorStore` does;
+    :func:`search` then uses them.
     """
 
     def search(self, query_embeddings: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]: ...
@@ -45,8 +46,13 @@ def no_hits(n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
 class SearchHit:
     """One search result.
 
+    Every store gives the same fields. ``index`` is the store's key for the hit (a position in a list, a
+    faiss row, a Milvus primary key: pass it to ``index.chunk()`` / ``index.kv()``); ``id`` and ``doc_id``
+    are the chunk's and its document's ids from the corpus (``"doc#0"`` and ``"doc"``; a list's position
+    as a string for both).
+
     Attributes:
-        index: the text's id (its position in the list, or the index's id).
+        index: the store's key for the text (its position in a list).
         score: the final score: the raw rerank score for reranked hits (``RerankResult.score``: the mean
             log-probability of the query's tokens for ``query_likelihood``, the log-odds of "Yes" for
             ``yes_no``), else the embedding score.
@@ -54,6 +60,8 @@ class SearchHit:
         retrieval_score: the embedding similarity (inner product of normalized embeddings).
         retrieval_rank: 0-based rank by embedding similarity.
         rerank_score: the rerank score, or None when the hit was not reranked.
+        id: the chunk's id (``"doc#0"``), from the corpus.
+        doc_id: the id of the chunk's document in the corpus.
     """
 
     index: int
@@ -62,6 +70,8 @@ class SearchHit:
     retrieval_score: float
     retrieval_rank: int
     rerank_score: float | None = None
+    id: str = ""
+    doc_id: str = ""
 
 
 class ExactIndex:
@@ -187,7 +197,13 @@ def retrieve_hits(
         raise ValueError(f"{type(index).__name__} cannot filter on metadata; a Milvus store can")
     scores, ids = index.search(query_embedding, k, **({"filter": filter} if filter else {}))
     candidates = [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if int(i) >= 0]
-    return [SearchHit(i, s, index.text(i), s, rank) for rank, (i, s) in enumerate(candidates)]
+    chunk = getattr(index, "chunk", None)  # a store's chunk records carry the corpus ids
+    hits = []
+    for rank, (i, s) in enumerate(candidates):
+        record = chunk(i) if callable(chunk) else None
+        chunk_id, doc_id = (record.id, record.doc_id) if record is not None else (str(i), str(i))
+        hits.append(SearchHit(i, s, index.text(i), s, rank, id=chunk_id, doc_id=doc_id))
+    return hits
 
 
 def rerank_hits(model: Any, query: str, hits: list[SearchHit], top: int, **rerank_kwargs: Any) -> list[SearchHit]:
@@ -201,11 +217,7 @@ def rerank_hits(model: Any, query: str, hits: list[SearchHit], top: int, **reran
         return hits
     head, tail = hits[:top], hits[top:]
     reranked = model.rerank(query, [h.text for h in head], **rerank_kwargs)
-    head = [
-        SearchHit(h.index, r.score, h.text, h.retrieval_score, h.retrieval_rank, r.score)
-        for r in reranked
-        for h in [head[r.index]]
-    ]
+    head = [replace(head[r.index], score=r.score, rerank_score=r.score) for r in reranked]
     return head + tail
 
 

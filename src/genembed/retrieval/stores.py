@@ -1,57 +1,56 @@
-"""Where an index lives: a faiss folder (the default) or a Milvus collection, named by one string.
+"""The store registry: where an index lives, named by one string, and which store keeps it.
 
 =====================================  =====================================================================
-``my-index`` (any other path)          a faiss index folder (:class:`~genembed.retrieval.index.Index`)
+``my-index`` (any other path)          a faiss index folder (:class:`~genembed.retrieval.faiss_store.FaissStore`),
+                                       exact or any ``faiss.index_factory`` string (``--index-type HNSW32``)
 ``milvus:./my-index.db``, ``x.db``     embedded milvus-lite: the ``.db`` path is its data folder
 ``http(s)://host:19530``               a Milvus server or cluster (``milvus:`` in front is allowed)
 =====================================  =====================================================================
 
-A Milvus location also names a collection (default ``genembed``), a token (``user:password`` or an API
-key) and a connection timeout; see :mod:`genembed.retrieval.milvus_store`.
+Each store claims its own locations (``claim``); they are asked in the order of :data:`STORES`, the
+last being the catch-all. A Milvus location also names a collection (default ``genembed``), a token
+(``user:password`` or an API key) and a connection timeout; see :mod:`genembed.retrieval.milvus_store`.
+Adding a store is one module with a :class:`~genembed.retrieval.store.VectorStore` class and one line
+here (docs/retrieval.md shows how).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import importlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-__all__ = ["DEFAULT_COLLECTION", "StoreLocation", "open_index", "parse_location", "store_settings"]
+from .store import StoreLocation, VectorStore
 
-DEFAULT_COLLECTION = "genembed"
-MILVUS_INDEX_TYPES = ("AUTOINDEX", "FLAT", "HNSW", "HNSW_SQ", "IVF_FLAT", "IVF_SQ8", "IVF_PQ", "DISKANN", "SCANN")
-_SERVER_SCHEMES = ("http", "https", "tcp", "grpc", "unix")
+__all__ = [
+    "STORES",
+    "StoreLocation",
+    "create_index",
+    "index_settings",
+    "open_index",
+    "parse_location",
+    "read_manifest",
+    "store_class",
+]
+
+# name -> "module:Class" (imported when a location is parsed); asked in this order, the catch-all last
+STORES: dict[str, str] = {
+    "milvus": "milvus_store:MilvusStore",
+    "faiss": "faiss_store:FaissStore",
+}
 
 
-@dataclass(frozen=True)
-class StoreLocation:
-    """A parsed index location.
+def store_class(kind: str) -> type[VectorStore]:
+    """The store class registered as ``kind``.
 
-    Attributes:
-        kind: ``"faiss"`` or ``"milvus"``.
-        uri: the faiss folder, the milvus-lite ``.db`` path, or the server URI.
-        collection: the Milvus collection.
-        token: Milvus credentials (``user:password`` or an API key); never shown in messages.
-        timeout: seconds to wait for a Milvus server.
+    Raises:
+        ValueError: no store has that name; the message lists those that do.
     """
-
-    kind: str
-    uri: str
-    collection: str = DEFAULT_COLLECTION
-    token: str = field(default="", repr=False)
-    timeout: float = 10.0
-
-    @property
-    def embedded(self) -> bool:
-        """A local milvus-lite database (not a server)."""
-        return self.kind == "milvus" and "://" not in self.uri
-
-    def __str__(self) -> str:
-        if self.kind == "faiss":
-            return self.uri
-        prefix = "milvus:" if self.embedded else ""
-        return f"{prefix}{self.uri} (collection {self.collection!r})"
+    if kind not in STORES:
+        raise ValueError(f"unknown vector store {kind!r}; known stores: {', '.join(STORES)}")
+    module, name = STORES[kind].split(":")
+    return getattr(importlib.import_module(f"{__package__}.{module}"), name)
 
 
 def parse_location(
@@ -64,8 +63,8 @@ def parse_location(
     """Parse ``where`` (see the module docstring); keyword arguments override a given location's fields.
 
     Raises:
-        ValueError: an unsupported scheme, a server URI without a host, an empty path, or a bad
-            collection name; the message names ``where``.
+        ValueError: no store takes ``where`` (an unsupported scheme), or its store finds it bad (a
+            server URI without a host, an empty path, a bad collection name); the message names ``where``.
     """
     if isinstance(where, StoreLocation):
         location = where
@@ -73,7 +72,7 @@ def parse_location(
         text = str(where).strip()
         if not text:
             raise ValueError("an index location is empty: give a folder, milvus:FILE.db or a Milvus URI")
-        location = _parse(text)
+        location = _claim(text)
     changes: dict[str, Any] = {}
     if collection is not None:
         changes["collection"] = collection
@@ -81,52 +80,22 @@ def parse_location(
         changes["token"] = token
     if timeout is not None:
         changes["timeout"] = float(timeout)
-    if changes:
-        location = replace(location, **changes)
-    if location.kind == "milvus":
-        _check_collection_name(location.collection, str(where))
-    return location
+    return store_class(location.kind).check_location(replace(location, **changes) if changes else location)
 
 
-def _parse(text: str) -> StoreLocation:
-    explicit = text.lower().startswith("milvus:")
-    rest = text[len("milvus:") :].strip() if explicit else text
-    if "://" in rest:
-        parts = urlsplit(rest)
-        if parts.scheme.lower() not in _SERVER_SCHEMES:
-            raise ValueError(
-                f"index location {text!r}: unsupported scheme {parts.scheme!r}; use a folder (faiss), "
-                "milvus:FILE.db (milvus-lite) or http(s)://HOST:PORT (a Milvus server)"
-            )
-        if parts.scheme.lower() != "unix" and not parts.hostname:
-            raise ValueError(f"Milvus URI {text!r} has no host: write it like http://localhost:19530")
-        try:
-            parts.port  # noqa: B018 - raises ValueError on a non-numeric port
-        except ValueError:
-            raise ValueError(f"Milvus URI {text!r} has a bad port: write it like http://localhost:19530") from None
-        return StoreLocation("milvus", rest)
-    if explicit:
-        if not rest:
-            raise ValueError(f"index location {text!r} names no file: write milvus:./my-index.db")
-        if not rest.endswith(".db"):
-            raise ValueError(f"index location {text!r}: a milvus-lite database path must end in .db (pymilvus's rule)")
-        return StoreLocation("milvus", rest)
-    if text.endswith(".db"):
-        return StoreLocation("milvus", text)
-    return StoreLocation("faiss", text)
+def _claim(text: str) -> StoreLocation:
+    for kind in STORES:
+        location = store_class(kind).claim(text)
+        if location is not None:
+            return location
+    scheme = text.partition("://")[0] if "://" in text else text.partition(":")[0]
+    raise ValueError(
+        f"index location {text!r}: unsupported scheme {scheme!r}; use a folder (faiss), milvus:FILE.db "
+        "(milvus-lite) or http(s)://HOST:PORT (a Milvus server)"
+    )
 
 
-def _check_collection_name(name: str, where: str) -> None:
-    # Milvus: a letter or underscore first, then letters, digits and underscores, at most 255 characters
-    ok = bool(name) and len(name) <= 255 and (name[0].isalpha() or name[0] == "_")
-    if not ok or not all(c.isascii() and (c.isalnum() or c == "_") for c in name):
-        raise ValueError(
-            f"{where}: bad Milvus collection name {name!r}: use letters, digits and underscores, starting with a "
-            "letter or underscore"
-        )
-
-
-def store_settings(
+def index_settings(
     location: StoreLocation,
     dim: int,
     *,
@@ -134,33 +103,15 @@ def store_settings(
     index_params: dict[str, Any] | None = None,
     search_params: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The manifest section describing the vector index of a new store, validated before any work.
-
-    faiss: ``{"faiss": {"factory", "search_params"}}`` (``index_type`` is an index_factory string,
-    default ``"Flat"``). Milvus: ``{"milvus": {"index_type", "index_params", "search_params"}}``
-    (default ``AUTOINDEX``).
+    """The manifest section describing the vector index of a new store at ``location``, checked before
+    any work (see each store's ``index_settings``).
 
     Raises:
-        ValueError: faiss cannot parse the description or lacks a search parameter, the Milvus index
-            type is unknown, or faiss is given build parameters (they belong in the description, e.g.
-            ``HNSW64``).
+        ValueError: the store cannot build ``index_type`` with these parameters (the message says why).
     """
-    from .faiss_factory import DEFAULT_FACTORY, apply_search_params, new_faiss_index, parse_search_params
-
-    search = parse_search_params(search_params)
-    build = parse_search_params(index_params)
-    if location.kind == "faiss":
-        factory = (index_type or DEFAULT_FACTORY).strip()
-        apply_search_params(new_faiss_index(dim, factory), search)  # ValueError: bad description or parameter
-        if build:
-            raise ValueError(
-                f"faiss takes build settings in the index description (e.g. HNSW64, IVF4096,PQ48), not {sorted(build)}"
-            )
-        return {"faiss": {"factory": factory, "search_params": search}}
-    kind = (index_type or "AUTOINDEX").strip().upper()
-    if kind not in MILVUS_INDEX_TYPES:
-        raise ValueError(f"unknown Milvus index type {index_type!r}; choose one of {', '.join(MILVUS_INDEX_TYPES)}")
-    return {"milvus": {"index_type": kind, "index_params": build, "search_params": search}}
+    return store_class(location.kind).index_settings(
+        dim, index_type=index_type, index_params=index_params, search_params=search_params
+    )
 
 
 def open_index(
@@ -170,19 +121,25 @@ def open_index(
     token: str | None = None,
     timeout: float | None = None,
     verify: bool = True,
-) -> Any:
-    """Open the index at ``where``: an :class:`~genembed.retrieval.index.Index` for a folder, a
-    :class:`~genembed.retrieval.milvus_store.MilvusIndex` for a Milvus location.
+) -> VectorStore:
+    """Open the index at ``where`` in the store that location names.
+
+    Args:
+        verify: check stored files against their checksums (a faiss folder).
 
     Raises:
         ValueError: ``where`` is not a valid location.
-        FileNotFoundError / IndexLoadError: as :meth:`Index.load` and :meth:`MilvusIndex.open`.
+        FileNotFoundError / IndexLoadError: nothing usable is there (the message says what to do).
     """
     location = parse_location(where, collection=collection, token=token, timeout=timeout)
-    if location.kind == "faiss":
-        from .index import Index
+    return store_class(location.kind).open(location, verify=verify)
 
-        return Index.load(location.uri, verify=verify)
-    from .milvus_store import MilvusIndex
 
-    return MilvusIndex.open(location)
+def create_index(location: StoreLocation, manifest: dict[str, Any], *, overwrite: bool = False) -> VectorStore:
+    """An empty store at ``location`` for a new index with ``manifest`` (or the interrupted build of it)."""
+    return store_class(location.kind).create(location, manifest, overwrite=overwrite)
+
+
+def read_manifest(location: StoreLocation) -> dict[str, Any]:
+    """The manifest of the index at ``location`` without loading its vectors ({} when nothing is there)."""
+    return store_class(location.kind).read_manifest(location)

@@ -84,7 +84,7 @@ class ServingState:
         cache = centre_cache(self.model.backbone)
         before = cache.computed
         if self.model.center:
-            options = self.model.encode_settings(
+            options = self.model.embed_settings(
                 method=s.method, steps=s.default_steps, max_length=s.max_input_tokens, batch_size=s.encode_batch_size
             )
             for instruction in dict.fromkeys(self.instructions.values()):

@@ -195,6 +195,7 @@ def mine_negatives(
     shard_size: int = 1024,
     keep_cache: bool = False,
     show_progress_bar: bool = True,
+    center: bool | None = None,
 ) -> MiningResult:
     """Write ``out``: the rows of ``inputs`` with ``neg`` set to negatives mined by ``model``.
 
@@ -217,6 +218,7 @@ def mine_negatives(
         shard_size: texts per embedding shard (the unit of resuming).
         keep_cache: keep the embedding shards in ``OUT.mining/`` after writing ``out``.
         show_progress_bar: progress bars for encoding and mining.
+        center: subtract each instruction's centre (:mod:`genembed.encoders.centering`); None: ``model.center``.
 
     Returns:
         A :class:`MiningResult`.
@@ -238,14 +240,7 @@ def mine_negatives(
     flags = [symmetric] * len(paths) if isinstance(symmetric, bool) else list(symmetric)
     if len(flags) != len(paths):
         raise ValueError(f"{len(flags)} symmetric flags for {len(paths)} input files")
-    if options is None:
-        options = EmbedSettings(
-            method=model.method,
-            steps=model.steps,
-            attention=model.attention,
-            prompt_format=model.prompt_format,
-            tau=model.tau,
-        )
+    options = options or model.embed_settings()
     rows = _read(paths, flags, doc_instruction)
 
     pool = list(dict.fromkeys(t for r in rows for t in (*r.row.pos, *r.row.neg)))
@@ -269,6 +264,7 @@ def mine_negatives(
     cache = out.with_name(out.name + ".mining")
     model_key = GenembedEncoder(model).cache_key  # weights, adapter tensors, dtype and encoding code
     kw = {"shard_size": shard_size, "show_progress_bar": show_progress_bar}
+    kw["center"] = model.center if center is None else center
     q_opts = options.replace(max_length=query_max_length)
     d_opts = options.replace(max_length=doc_max_length)
     queries: dict[str, np.ndarray] = {}  # query instruction -> embeddings of its distinct queries
