@@ -21,6 +21,7 @@ sent (before any cut). Errors have the server's OpenAI shape.
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import numpy as np
 from fastapi import APIRouter, Depends
@@ -48,7 +49,7 @@ router_v2 = APIRouter()  # mounted at /v2
 _ERRORS = error_responses(400, 413, 422, 429, 503)
 
 
-def cut_texts(tokenizer, texts: list[str], budgets: list[int], truncate: str) -> list[str]:
+def cut_texts(tokenizer: Any, texts: list[str], budgets: list[int], truncate: str) -> list[str]:
     """Each text cut to at most its budget of tokens (``END``: keep its start; ``START``: keep its end),
     at token boundaries of ``tokenizer``."""
     out = []
