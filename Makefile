@@ -5,7 +5,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed-stamp
 TORCH_VERSION := 2.13.0
 
-.PHONY: run test test-fast setup lint format clean default-adapter joint-adapter
+.PHONY: run test test-fast setup lint format clean default-adapter joint-adapter centres
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -56,6 +56,11 @@ joint-adapter: $(STAMP)
 	test -f runs/selfgen.jsonl || $(VENV)/bin/genembed make-gen-data ../shared/data/train/*.jsonl \
 		--out runs/selfgen.jsonl --limit 600 --max-new-tokens 80
 	$(VENV)/bin/genembed train configs/gircse-smollm2-joint.yaml --resume
+
+# The centres shipped beside the adapters (centres.safetensors; their named instructions' centres, about
+# 90 s): rerun after changing an adapter, the calibration texts, a default setting or a named instruction.
+centres: $(STAMP)
+	GENEMBED_CENTRE_CACHE=off $(VENV)/bin/python experiments/make_centres.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -27,6 +27,12 @@ def _one_thread_per_test_process():
     torch.set_num_threads(1)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _centre_cache(tmp_path_factory):
+    # centres the tests compute are cached in a folder of the session, not the user's cache
+    os.environ["GENEMBED_CENTRE_CACHE"] = str(tmp_path_factory.mktemp("centre-cache"))
+
+
 @pytest.fixture(scope="session")
 def _tiny_backbone():
     from genembed.backbone import tiny_backbone

@@ -23,6 +23,7 @@ from .adapter_loading import (
 from .backbone.default_model import MissingModelError
 from .backbone.hub import hub_snapshot
 from .backbone.loading import BUNDLED, hub_cache_folder, load_backbone
+from .encoders.centering import load_centres
 from .model import GenerativeEmbedder
 from .saving import BACKBONE_SUBFOLDER, SETTINGS_FILE, calibration_digest, read_settings
 
@@ -85,7 +86,9 @@ def load(
         tau: GIRCSE soft-token softmax temperature (None: the saved model's, else 1.0).
         center: per-instruction centering in ``encode`` by default (see
             :mod:`genembed.encoders.centering`). None: the saved model's setting; else on with a
-            shipped adapter, where it was measured to help (docs/experiments.md), off otherwise.
+            shipped adapter, where it was measured to help (docs/experiments.md), off otherwise. The
+            centres stored with the weights (``centres.safetensors`` in the saved folder or the
+            adapter folder) are used, so their instructions cost no calibration encode.
         generation_adapter: the weights chat, reranking, RAG answers and stored KV states use. None: as
             above (the adapter when it was trained for generation too, else the base weights; a saved
             model: as it was saved). True / False: the embedding adapter / the base weights. A folder or
@@ -132,6 +135,7 @@ def load(
     if adapter not in (None, False):
         adapter_path = resolve_adapter(adapter, local_files_only)
         attach_adapter(backbone, adapter_path)
+        load_centres(backbone, adapter_path)
         trained_for = read_trained_for(adapter_path)
         shipped = adapter_path.resolve() in {folder.resolve() for folder in SHIPPED_ADAPTERS.values()}
     model = GenerativeEmbedder(
@@ -211,6 +215,10 @@ def _load_saved(
         attach_adapter(backbone, adapter_path)
         adapter_name = adapter_name(adapter, adapter_path)
     trained_for = read_trained_for(adapter_path) if adapter_path else None
+    if adapter_path == folder or (adapter_path is None and not saved_adapter):  # the saved weights
+        load_centres(backbone, folder)
+    elif adapter_path is not None:
+        load_centres(backbone, adapter_path)
     if adapter_path == folder:  # the saved model's own adapter: as it was saved
         joint = settings.get("generation_adapter") is True
     else:

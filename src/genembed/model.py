@@ -210,8 +210,9 @@ class GenerativeEmbedder:
             return_all_steps: GIRCSE only: ``(n, K, dim)`` holding ``z_1..z_K`` from one run.
             return_steps_used: with ``steps="auto"``, also return the steps each text used.
             center: subtract the instruction's centre, the mean embedding of the bundled calibration
-                texts made with the same instruction and settings (:mod:`genembed.encoders.centering`;
-                the first call per instruction also encodes those 64 texts). None: ``model.center``
+                texts made with the same instruction and settings (:mod:`genembed.encoders.centering`:
+                stored with the model for its named instructions, else cached in memory and on disk,
+                else computed by encoding those 64 texts once). None: ``model.center``
                 (on for the shipped adapter). With ``normalize=False`` the result is
                 ``normalize(z) - centre``.
 
@@ -369,8 +370,9 @@ class GenerativeEmbedder:
         """Write the model to ``folder`` so that ``genembed.load(folder)`` restores it with its settings.
 
         Writes the LoRA adapter (when there is one) with its training config, ``genembed.json``
-        (method, steps, tau, prompt format, centering, prompts, backbone) and a model card
-        (``README.md``), atomically, with no absolute path of this machine; see :mod:`genembed.saving`.
+        (method, steps, tau, prompt format, centering, prompts, backbone), a model card (``README.md``)
+        and, with centering on, ``centres.safetensors`` (the named instructions' centres, computed now
+        if not yet known), atomically, with no absolute path of this machine; see :mod:`genembed.saving`.
 
         Args:
             folder: the folder to write (replaced if it holds an earlier save).

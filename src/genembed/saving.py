@@ -19,15 +19,16 @@ relative to the saved one, ``"../base"``), the encoding defaults (method, steps,
 format, tau, centering, truncate_dim), the named instructions (``prompts``, ``default_prompt_name``),
 ``similarity_fn_name``, which weights generation uses (and the generation adapter's name), and, with
 centering on, a digest of the calibration texts the centres come from, so that a change to the
-bundled texts is reported on load. No saved file holds an absolute path of the machine that wrote it
-(``adapter_config.json`` names the base model by name). Copy the folder into the HF cache layout
+bundled texts is reported on load. With centering on, ``centres.safetensors`` holds the centres of
+the named instructions (:func:`genembed.encoders.centering.save_centres`), so the first ``encode``
+with one of them after loading computes none. No saved file holds an absolute path of the machine
+that wrote it (``adapter_config.json`` names the base model by name). Copy the folder into the HF cache layout
 (``models--org--name/snapshots/<rev>/``, e.g. by uploading it and downloading it with ``hf download``)
 and ``genembed.load("org/name")`` finds it offline.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Mapping
@@ -130,6 +131,8 @@ def save_model(
             scores=scores,
         )
         (tmp / CARD_FILE).write_text(card, encoding="utf-8")
+        if model.center:
+            _save_named_centres(model, tmp)
     return folder
 
 
@@ -182,9 +185,18 @@ def read_settings(folder: str | os.PathLike) -> dict[str, Any]:
 
 def calibration_digest() -> str:
     """sha256 of the bundled calibration texts the centering centres are computed from."""
-    from .encoders.centering import calibration_texts
+    from .encoders.centering import calibration_digest as digest
 
-    return hashlib.sha256("\n".join(calibration_texts()).encode("utf-8")).hexdigest()
+    return digest()
+
+
+def _save_named_centres(model: GenerativeEmbedder, folder: Path) -> None:
+    """``centres.safetensors``: the centres of the model's named instructions (``prompts``) with its
+    default settings, plus those it was loaded with, so that loading it never computes them."""
+    from .encoders.centering import save_centres
+
+    named = [instruction for instruction in model.prompts.values() if instruction is not None]
+    save_centres(model.backbone, folder, model.embed_settings(), named)
 
 
 def _save_base_weights(lm: Any, tokenizer: Any, out: Path) -> None:

@@ -123,3 +123,21 @@ def test_a_busy_port_fails_before_the_model_loads(tmp_path):
     assert result.exit_code == 2
     assert f"cannot listen on port {port} of 127.0.0.1" in result.output and "--port" in result.output
     assert "does not exist" not in result.output and "serving" not in result.output
+
+
+def test_centering_options_reach_the_server(tiny_folder, monkeypatch):
+    import genembed.serve
+    from genembed.encoders.centering import centre_cache
+
+    served = {}
+    monkeypatch.setattr(
+        genembed.serve, "run_server", lambda app, **kwargs: served.setdefault("state", app.state.genembed)
+    )
+    args = ["serve", "--model", str(tiny_folder), "--port", "0", "--center", "--center-named-only"]
+    result = runner.invoke(app, [*args, "--center-cache-size", "3"])
+    assert result.exit_code == 0, result.output
+    state = served["state"]
+    assert state.model.center and state.settings.center_named_only and state.settings.center_cache_size == 3
+    assert centre_cache(state.model.backbone).max_size == 3
+    result = runner.invoke(app, ["serve", "--center-cache-size", "-1"])
+    assert result.exit_code == 2 and "--center-cache-size" in result.output

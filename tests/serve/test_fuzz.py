@@ -17,6 +17,8 @@ pytestmark = pytest.mark.integration
 KEY = "fuzz-key"
 OPERATIONS = [
     ("POST", "/v1/embeddings"),
+    ("POST", "/v1/embed"),
+    ("POST", "/v2/embed"),
     ("POST", "/v1/chat/completions"),
     ("POST", "/v1/rerank"),
     ("POST", "/v1/inspect"),

@@ -90,6 +90,18 @@ def serve(
         list[str] | None,
         typer.Option("--cors-origin", help="allow browser calls from this origin (repeatable; '*' for any)"),
     ] = None,
+    center_named_only: Annotated[
+        bool,
+        typer.Option(
+            "--center-named-only",
+            help="with centering: centre only the named instructions (ready at start-up); a request's own "
+            "instruction is embedded uncentred",
+        ),
+    ] = False,
+    center_cache_size: Annotated[
+        int | None,
+        typer.Option("--center-cache-size", min=0, help="centres of other instructions kept in memory (default 128)"),
+    ] = None,
 ) -> None:
     """Serve one model: POST /v1/embeddings, /v1/chat/completions, /v1/rerank, /v2/rerank; /metrics; a page at /."""
     _check_port(host, port)  # first: a busy port fails in a second, not after the imports and the model load
@@ -119,6 +131,8 @@ def serve(
             token_encoding=token_encoding,
             rerank_scoring=rerank_scoring,
             cors_origins=tuple(cors_origin or ()),
+            center_named_only=center_named_only,
+            **({} if center_cache_size is None else {"center_cache_size": center_cache_size}),
         )
     except ValueError as exc:
         typer.secho(f"error: {exc}", fg="red", err=True)

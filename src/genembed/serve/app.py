@@ -1,4 +1,4 @@
-"""The FastAPI app: one loaded model serving embeddings, chat, reranking, operations routes
+"""The FastAPI app: one loaded model serving embeddings (OpenAI, Cohere), chat, reranking, operations routes
 (``/health``, ``/metrics``, ``/info``, ``/tokenize``) and a small page at ``/``.
 
 >>> import genembed
@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -20,7 +21,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 
-from . import chat, embeddings, operations, rerank, soft_tokens
+from . import chat, cohere_embed, embeddings, operations, rerank, soft_tokens
 from .batcher import BatcherClosedError
 from .errors import APIError, error_body, error_responses, install_error_handlers
 from .metrics import MetricsMiddleware
@@ -31,6 +32,7 @@ from .worker import QueueFullError
 
 __all__ = ["create_app"]
 
+logger = logging.getLogger(__name__)
 _bearer = HTTPBearer(auto_error=False, description="The server's --api-key, when it has one.")
 
 
@@ -61,7 +63,9 @@ def create_app(model: Any, settings: ServeSettings | None = None) -> FastAPI:
             :class:`ServeSettings()`.
 
     Returns:
-        A FastAPI app. Its lifespan starts the batcher; on shutdown it finishes every accepted request.
+        A FastAPI app. Its lifespan starts the batcher and warms the model up before the first request
+        (with a centring model, loading or computing the centres of the named instructions); on
+        shutdown it finishes every accepted request.
 
     Raises:
         ValueError: ``settings.token_encoding`` cannot be loaded.
@@ -74,6 +78,9 @@ def create_app(model: Any, settings: ServeSettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state.start()
+        computed = await state.worker.run(state.warm_up)
+        if computed:
+            logger.info("computed %d centres of named instructions (store them with model.save)", computed)
         try:
             yield
         finally:
@@ -82,7 +89,7 @@ def create_app(model: Any, settings: ServeSettings | None = None) -> FastAPI:
     app = FastAPI(
         title="genembed",
         version=__version__,
-        summary="One generative model serving embeddings (OpenAI), chat (OpenAI) and reranking (Cohere/Jina).",
+        summary="One generative model serving embeddings (OpenAI, Cohere), chat (OpenAI) and reranking (Cohere/Jina).",
         lifespan=lifespan,
     )
     app.state.genembed = state
@@ -98,7 +105,7 @@ def create_app(model: Any, settings: ServeSettings | None = None) -> FastAPI:
         return JSONResponse(error_body(503, str(exc), code="shutting_down"), status_code=503)
 
     v1 = APIRouter(prefix="/v1")
-    for module in (embeddings, chat, rerank, soft_tokens):
+    for module in (embeddings, cohere_embed, chat, rerank, soft_tokens):
         v1.include_router(module.router)
 
     @v1.get("/models", response_model=ModelList, summary="The served model (OpenAI format)")
@@ -115,6 +122,7 @@ def create_app(model: Any, settings: ServeSettings | None = None) -> FastAPI:
 
     v2 = APIRouter(prefix="/v2")
     v2.include_router(rerank.router_v2)
+    v2.include_router(cohere_embed.router_v2)
     # with a key, these routes need it and the OpenAPI document says so (bearer scheme, 401); without
     # one they are open and the document declares no security at all
     keyed = settings.api_key is not None

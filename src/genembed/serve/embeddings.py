@@ -14,7 +14,7 @@ from .instructions import choose_instruction
 from .schemas import EmbeddingData, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage
 from .state import ServingState, get_state
 
-__all__ = ["request_texts", "router", "to_base64", "truncate_dimensions"]
+__all__ = ["embed_texts", "request_texts", "router", "to_base64", "truncate_dimensions"]
 
 router = APIRouter()
 
@@ -71,9 +71,40 @@ async def create_embeddings(body: EmbeddingRequest, state: ServingState = Depend
             f"dimensions={body.dimensions} exceeds the model's embedding size {state.model.dim}",
             param="dimensions",
         )
-    steps = state.check_steps(body.steps)
+    vectors, tokens = await embed_texts(state, texts, instruction, steps=body.steps, field="input")
+    if body.dimensions is not None:
+        vectors = truncate_dimensions(vectors, body.dimensions)
+    encode = to_base64 if body.encoding_format == "base64" else (lambda v: v.tolist())
+    data = [EmbeddingData(index=i, embedding=encode(v)) for i, v in enumerate(vectors)]
+    return EmbeddingResponse(
+        data=data, model=state.model_id, usage=EmbeddingUsage(prompt_tokens=tokens, total_tokens=tokens)
+    )
+
+
+async def embed_texts(
+    state: ServingState,
+    texts: list[str],
+    instruction: str,
+    *,
+    steps: int | None = None,
+    field: str,
+    cut: bool = False,
+) -> tuple[np.ndarray, int]:
+    """Embed ``texts`` through the batcher: ``(n, dim)`` float32 vectors and the texts' tokens.
+
+    Args:
+        steps: GIRCSE's K (None: the server's default).
+        field: the request field holding the texts, named in errors.
+        cut: texts too long for ``max_input_tokens`` are cut by the encoder (from the end) rather
+            than refused with 413 (unless the instruction and template alone are too long).
+    """
+    steps = state.check_steps(steps)
     prompt_lengths, text_lengths = state.embedding_prompt_lengths(texts, instruction)
-    state.check_sizes(prompt_lengths, field="input", what="inputs")
+    if cut:  # a prompt whose instruction and template alone are too long cannot be cut to fit
+        limit = state.settings.max_input_tokens
+        pairs = zip(prompt_lengths, text_lengths, strict=True)
+        prompt_lengths = [min(n, limit) if n - t < limit else n for n, t in pairs]
+    state.check_sizes(prompt_lengths, field=field, what="inputs")
     assert state.batcher is not None
     if not method_rules(
         state.settings.method
@@ -81,13 +112,6 @@ async def create_embeddings(body: EmbeddingRequest, state: ServingState = Depend
         steps = 0
     cost = sum(prompt_lengths) + steps * len(texts)  # soft tokens run through the model too
     vectors = await state.batcher.submit(texts, key=(instruction, steps), cost=cost)
-    vectors = np.asarray(vectors, dtype=np.float32)
-    if body.dimensions is not None:
-        vectors = truncate_dimensions(vectors, body.dimensions)
-    encode = to_base64 if body.encoding_format == "base64" else (lambda v: v.tolist())
-    data = [EmbeddingData(index=i, embedding=encode(v)) for i, v in enumerate(vectors)]
     tokens = sum(text_lengths)
     state.metrics.count_tokens("embeddings", "prompt", tokens)
-    return EmbeddingResponse(
-        data=data, model=state.model_id, usage=EmbeddingUsage(prompt_tokens=tokens, total_tokens=tokens)
-    )
+    return np.asarray(vectors, dtype=np.float32), tokens

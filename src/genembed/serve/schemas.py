@@ -1,16 +1,23 @@
-"""Request and response bodies in the shapes existing clients speak: OpenAI (embeddings, chat, models)
-and Cohere/Jina (rerank). Unknown request fields are ignored, as OpenAI's own server does for most.
+"""Request and response bodies in the shapes existing clients speak: OpenAI (embeddings, chat, models),
+Cohere (embed, rerank) and Jina (rerank). Unknown request fields are ignored, as OpenAI's own server
+does for most.
 
 Request bodies are validated strictly, as the OpenAPI document states them: ``0`` is not a boolean
 and ``"3"`` or ``3.0`` is not an integer."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 __all__ = [
+    "BilledUnits",
+    "CohereEmbedByTypeResponse",
+    "CohereEmbedFloatsResponse",
+    "CohereEmbedMeta",
+    "CohereEmbedRequest",
+    "CohereEmbeddings",
     "ChatChoice",
     "ChatChunk",
     "ChatChunkChoice",
@@ -42,6 +49,7 @@ __all__ = [
     "TokenizeData",
     "TokenizeRequest",
     "TokenizeResponse",
+    "V2CohereEmbedRequest",
     "V2RerankRequest",
     "V2RerankResponse",
 ]
@@ -88,6 +96,13 @@ _SIDE = (
 )
 
 
+InputType = Literal["search_query", "search_document", "classification", "clustering"]
+_INPUT_TYPE = (
+    "Cohere: `search_query` embeds with the `query` instruction, `search_document` with the `document` one "
+    "(none by default), `classification` and `clustering` with theirs (GET /info lists them)."
+)
+
+
 class EmbeddingRequest(_Request):
     input: (
         Text | Annotated[list[Text], Field(min_length=1)] | TokenIds | Annotated[list[TokenIds], Field(min_length=1)]
@@ -103,9 +118,7 @@ class EmbeddingRequest(_Request):
     user: str | None = None
     instruction: Text | None = Field(None, description="genembed: what the embedding should capture. " + _SIDE)
     prompt_name: Text | None = Field(None, description="sentence-transformers: a named instruction, e.g. `query`.")
-    input_type: Literal["search_query", "search_document", "classification", "clustering"] | None = Field(
-        None, description="Cohere: `search_query` embeds with the `query` instruction, `search_document` with none."
-    )
+    input_type: InputType | None = Field(None, description=_INPUT_TYPE)
     task: Literal["retrieval.query", "retrieval.passage", "text-matching", "classification", "separation"] | None = (
         Field(
             None,
@@ -290,6 +303,71 @@ class V2RerankResponse(BaseModel):
     id: str
     results: list[V2RerankResult]
     meta: V2RerankMeta
+
+
+# ---- embeddings (Cohere v1 / v2) ----
+
+CohereEmbeddingType = Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]
+_EMBEDDING_TYPES = (
+    "`float` (the default), `int8`/`uint8` (each dimension scaled over this request's texts, as "
+    "sentence-transformers' quantize_embeddings does: needs two or more texts), `binary`/`ubinary` (one "
+    "bit per dimension, packed), `base64` (float32 bytes, little-endian)."
+)
+_TRUNCATE = "`END` (default) / `START`: cut a text too long for the server from its end / start; `NONE`: refuse it."
+
+
+class CohereEmbedRequest(_Request):
+    texts: Annotated[list[Text], Field(min_length=1)] = Field(description="The texts, one embedding each.")
+    images: list[str] | None = Field(None, description="Not supported: genembed embeds text only.")
+    model: ModelName = None
+    input_type: InputType | None = Field(None, description=_INPUT_TYPE)
+    embedding_types: Annotated[list[CohereEmbeddingType], Field(min_length=1)] | None = Field(
+        None, description=_EMBEDDING_TYPES
+    )
+    truncate: Literal["NONE", "START", "END"] = Field("END", description=_TRUNCATE)
+
+
+class V2CohereEmbedRequest(CohereEmbedRequest):
+    inputs: list[Any] | None = Field(None, description="Not supported: give `texts`.")
+    max_tokens: int | None = Field(None, ge=1, description="Tokens per text; longer ones are cut as `truncate` says.")
+    output_dimension: int | None = Field(None, ge=1, description="Keep the first n dimensions and renormalize.")
+    priority: int | None = Field(None, description="Accepted and ignored.")
+
+
+class CohereEmbeddings(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
+
+    float_: list[list[float]] | None = Field(None, alias="float")
+    int8: list[list[int]] | None = None
+    uint8: list[list[int]] | None = None
+    binary: list[list[int]] | None = None
+    ubinary: list[list[int]] | None = None
+    base64: list[str] | None = None
+
+
+class BilledUnits(BaseModel):
+    input_tokens: int
+
+
+class CohereEmbedMeta(BaseModel):
+    api_version: ApiVersion
+    billed_units: BilledUnits
+
+
+class CohereEmbedFloatsResponse(BaseModel):
+    response_type: Literal["embeddings_floats"] = "embeddings_floats"
+    id: str
+    embeddings: list[list[float]]
+    texts: list[str]
+    meta: CohereEmbedMeta
+
+
+class CohereEmbedByTypeResponse(BaseModel):
+    response_type: Literal["embeddings_by_type"] = "embeddings_by_type"
+    id: str
+    embeddings: CohereEmbeddings
+    texts: list[str]
+    meta: CohereEmbedMeta
 
 
 # ---- soft tokens (genembed) ----

@@ -1,10 +1,11 @@
-"""Server settings: limits, batching, authentication, named instructions and CORS, with defaults that
-suit a laptop CPU."""
+"""Server settings: limits, batching, authentication, named instructions, CORS and centering, with
+defaults that suit a laptop CPU."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..encoders.centering import DEFAULT_CACHE_SIZE
 from ..encoders.methods import DEFAULT_METHOD, METHODS
 from ..encoders.prompts import PROMPT_FORMATS
 
@@ -43,6 +44,10 @@ class ServeSettings:
     token_encoding: str | None = None
     rerank_scoring: str = "query_likelihood"  # rerank scoring when a request does not say
     cors_origins: tuple[str, ...] = ()  # browser origins allowed to call the API ("*" for any); none by default
+    # with a centring model (genembed.encoders.centering): centre only the named instructions (stored
+    # with the model or computed at start-up); a request's own instruction is then embedded uncentred
+    center_named_only: bool = False
+    center_cache_size: int = DEFAULT_CACHE_SIZE  # centres of other instructions kept in memory (LRU)
 
     def __post_init__(self) -> None:
         for name in (
@@ -62,6 +67,10 @@ class ServeSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"ServeSettings.{name} must be a positive int, got {value!r}")
+        if isinstance(self.center_cache_size, bool) or not isinstance(self.center_cache_size, int):
+            raise ValueError(f"ServeSettings.center_cache_size must be an int >= 0, got {self.center_cache_size!r}")
+        if self.center_cache_size < 0:
+            raise ValueError(f"ServeSettings.center_cache_size must be an int >= 0, got {self.center_cache_size!r}")
         if self.default_steps > self.max_steps:
             raise ValueError(f"default_steps ({self.default_steps}) exceeds max_steps ({self.max_steps})")
         if self.default_max_new_tokens > self.max_new_tokens:
