@@ -16,6 +16,7 @@ from . import (
     inspect_cmd,
     mine_cmd,
     serve_cmd,
+    targets_cmd,
     teacher_cmd,
     train_cmd,
 )
@@ -41,6 +42,7 @@ app.command("export-checkpoint")(train_cmd.export_checkpoint)
 app.command("make-gen-data")(gen_data_cmd.make_gen_data)
 app.command("mine-negatives")(mine_cmd.mine_negatives)
 app.command("install-teacher")(teacher_cmd.install_teacher)
+app.command("teacher-targets")(targets_cmd.teacher_targets)
 
 
 @app.command("version")
