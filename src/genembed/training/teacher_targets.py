@@ -34,6 +34,7 @@ import torch
 from .._files import atomic_write, atomic_write_json, read_json, read_safetensors, remove_temp_files
 from ..backbone.cache import cache_root
 from .config import ConfigError
+from .data.batches import ContrastiveBatch
 from .data.contrastive import read_contrastive
 from .data.single import is_texts_file, read_single_texts
 from .teachers import TEACHERS
@@ -166,6 +167,17 @@ class TargetStore:
                 f"FILES --teacher {self.teacher} --out {self.folder.parent}"
             )
         return self.embeddings[rows].float()
+
+    def batch_inputs(self, batch: ContrastiveBatch, device: torch.device | str, *, vectors: bool) -> dict[str, Any]:
+        """The objective's teacher inputs for a contrastive batch, from the cache: ``teacher_scores`` ``(B, N)``
+        (cosines) and ``distill_rows`` ``(B,)``, as :meth:`~.teacher.Teacher.batch_inputs` gives them, plus with
+        ``vectors`` the vectors ``teacher_queries`` ``(B, T)``, ``teacher_documents`` ``(N, T)`` and
+        ``document_rows`` ``(N,)`` the regression needs."""
+        q, d = self.vectors(batch.queries, queries=True), self.vectors(batch.documents)
+        out = {"teacher_scores": q @ d.T, "distill_rows": batch.distill_tensor()}
+        if vectors:
+            out |= {"teacher_queries": q, "teacher_documents": d, "document_rows": batch.document_distill_tensor()}
+        return {key: value.to(device) for key, value in out.items()}
 
 
 def build_targets(

@@ -224,3 +224,17 @@ def test_distill_flag_follows_each_rows_file_through_top_ups_and_shards(tmp_path
     # a batch built without flags distills every row
     rows = [ContrastiveRow("q", ("p",), (), ""), ContrastiveRow("r", ("s",), (), "")]
     assert build_contrastive_batch(rows, hard_negatives=0, rng=np.random.default_rng(0)).distill_tensor().all()
+
+
+def test_share_schedule_gives_each_source_its_share_at_every_point():
+    from genembed.training.data import ShareSchedule
+
+    schedule = ShareSchedule({"contrastive": 0.3, "single": 0.7})
+    plan = schedule.plan(200)
+    for n in range(1, 201):  # evenly spread: never more than one step from the share
+        assert abs(plan[:n].count("single") - 0.7 * n) <= 1
+    assert schedule.counts(200) == {"contrastive": 60, "single": 140}
+    assert schedule.plan(50) == plan[:50] and schedule.source(37) == plan[36]
+    assert ShareSchedule({"a": 2.0, "b": 2.0}).counts(0) == {"a": 0, "b": 0}
+    with pytest.raises(ValueError, match="shares must be > 0"):
+        ShareSchedule({"a": 1.0, "b": 0.0})

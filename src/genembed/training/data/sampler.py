@@ -14,12 +14,12 @@ batches it has already used.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Hashable, Sequence
 
 import numpy as np
 
-__all__ = ["MixtureSampler"]
+__all__ = ["MixtureSampler", "ShareSchedule"]
 
 
 class _FileStream:
@@ -140,3 +140,44 @@ class MixtureSampler:
             return []
         p = self.probs[others] / self.probs[others].sum()
         return self.rng.choice(others, size=len(others), replace=False, p=p).tolist()
+
+
+class ShareSchedule:
+    """Which source each step draws from, so that every source gets a fixed share of the steps.
+
+    Deterministic and evenly spread: step ``s`` (1-based) goes to the source furthest behind its share,
+    ``share * s - steps taken so far`` (ties to the earlier source), so after any ``n`` steps each source
+    has ``share * n`` steps, give or take one. Nothing random: a resumed run recomputes the same plan.
+
+    Args:
+        shares: source name -> share of the steps (> 0; normalised to sum to 1).
+
+    Example:
+        >>> ShareSchedule({"contrastive": 0.25, "single": 0.75}).plan(8)
+        ['single', 'contrastive', 'single', 'single', 'single', 'contrastive', 'single', 'single']
+    """
+
+    def __init__(self, shares: dict[str, float]):
+        if not shares or min(shares.values()) <= 0:
+            raise ValueError(f"shares must be > 0, got {shares}")
+        total = sum(shares.values())
+        self.shares = {name: share / total for name, share in shares.items()}
+
+    def plan(self, steps: int) -> list[str]:
+        """The source of steps 1..``steps``."""
+        taken = dict.fromkeys(self.shares, 0)
+        out = []
+        for step in range(1, steps + 1):
+            name = max(self.shares, key=lambda n: self.shares[n] * step - taken[n])
+            taken[name] += 1
+            out.append(name)
+        return out
+
+    def source(self, step: int) -> str:
+        """The source of step ``step`` (1-based)."""
+        return self.plan(step)[-1]
+
+    def counts(self, steps: int) -> dict[str, int]:
+        """Steps each source has had among steps 1..``steps`` (what a resumed run skips)."""
+        taken = Counter(self.plan(steps))
+        return {name: taken[name] for name in self.shares}

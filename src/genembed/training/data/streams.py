@@ -16,11 +16,12 @@ from .contrastive import ContrastiveRow, read_contrastive
 from .generative import GenerativeBatch, GenerativeRow, collate_generative, read_generative, tokenize_chat
 from .jsonl import DataError
 from .sampler import MixtureSampler
+from .single import read_single_texts
 
 if TYPE_CHECKING:
     from ..config import RunConfig
 
-__all__ = ["ContrastiveStream", "FileSpec", "GenerativeStream", "expand_files"]
+__all__ = ["ContrastiveStream", "FileSpec", "GenerativeStream", "SingleStream", "expand_files"]
 
 _GLOB_CHARS = set("*?[")
 
@@ -194,3 +195,38 @@ class GenerativeStream:
 
     def skip(self, n: int) -> None:
         self.sampler.skip(n)
+
+
+class SingleStream:
+    """Global batches of single texts: every distinct text of each file (:mod:`.single`), in shuffled
+    passes, a batch from one file where it has enough texts (weights as for contrastive files), never
+    the same text twice in a batch."""
+
+    def __init__(self, files: Sequence[FileSpec], *, batch_size: int, seed: int):
+        if not files:
+            raise DataError("single.files", None, "no single-text files configured")
+        self.files = list(files)
+        self.texts = [read_single_texts(f.path) for f in files]
+        self.weights = [
+            f.weight if f.weight is not None else float(len(t)) for f, t in zip(files, self.texts, strict=True)
+        ]
+        keys = [[(text,) for text in texts] for texts in self.texts]
+        sizes = [len(t) for t in self.texts]
+        self.sampler = MixtureSampler(sizes, self.weights, batch_size, seed=seed + 2, keys=keys)
+        self.last_rows: dict[str, int] = {}
+
+    def next(self) -> list[str]:
+        picks = self.sampler.next_batch()
+        self.last_rows = dict(Counter(self.files[f].name for f, _ in picks).most_common())
+        return [self.texts[f][i] for f, i in picks]
+
+    def skip(self, n: int) -> None:
+        self.sampler.skip(n)
+
+    def summary(self) -> list[dict[str, Any]]:
+        """Per file: path, texts and share of the single-text batches."""
+        total = sum(self.weights)
+        return [
+            {"path": f.path, "texts": len(t), "share": round(w / total, 4), "single": True}
+            for f, t, w in zip(self.files, self.texts, self.weights, strict=True)
+        ]
