@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from genembed.training import ConfigError
 from genembed.training.data import DataError
 from genembed.training.data.single import read_single_texts
 from genembed.training.teacher_targets import (
@@ -113,3 +114,10 @@ def test_the_cli_counts_and_builds(tmp_path, files, tiny_teacher):
     assert CliRunner().invoke(app, args).exit_code == 0
     result = CliRunner().invoke(app, [*args, "--count"])
     assert "6 distinct texts, 0 without a cached target" in result.output
+
+
+def test_a_store_keeps_one_max_length(tmp_path, tiny_teacher):
+    store = build_targets(["a b c d e f"], tmp_path, str(tiny_teacher), device="cpu", max_length=8, progress=False)
+    assert store.max_length == 8
+    with pytest.raises(ConfigError, match=r"read at max_length 8, not 128: build with --max-length 8"):
+        build_targets(["other"], tmp_path, str(tiny_teacher), device="cpu", progress=False)

@@ -26,6 +26,9 @@ def teacher_targets(
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="texts per teacher forward")] = 32,
     chunk_size: Annotated[int, typer.Option("--chunk-size", min=1, help="texts per saved chunk")] = 2048,
     device: Annotated[str | None, typer.Option("--device", help="cpu or cuda (default: cuda if available)")] = None,
+    max_length: Annotated[
+        int | None, typer.Option("--max-length", min=1, help="tokens the teacher reads per text (default: its own)")
+    ] = None,
     count: Annotated[bool, typer.Option("--count", help="only count the texts and those still missing")] = False,
 ) -> None:
     """Embed every distinct text of FILES with the teacher (no instructions) and store it on disk."""
@@ -49,7 +52,9 @@ def teacher_targets(
                 missing = len(texts)
             typer.echo(f"{len(texts)} distinct texts, {missing} without a cached target of {teacher} in {root}")
             return
-        store = build_targets(texts, root, teacher, batch_size=batch_size, chunk_size=chunk_size, device=device)
+        store = build_targets(
+            texts, root, teacher, batch_size=batch_size, chunk_size=chunk_size, device=device, max_length=max_length
+        )
     except (ConfigError, DataError) as exc:
         typer.secho(f"error: {exc}", fg="red", err=True)
         raise typer.Exit(2) from exc

@@ -4,7 +4,8 @@ Distillation then costs no teacher forward per step: the loop looks the batch's 
 
 Layout of a store, one folder per teacher under a root (``<root>/<teacher>/``):
 
-- ``store.json``: the teacher's name, the embedding dimension, the dtype and the query prefix.
+- ``store.json``: the teacher's name, the embedding dimension, the dtype, the query prefix and the
+  tokens the teacher read per text (``max_length``; a store is built with one value throughout).
 - ``chunk-000000.safetensors``, ...: ``keys`` ``(n, 16)`` uint8 (the first 16 bytes of the SHA-256 of
   the text the teacher saw) and ``embeddings`` ``(n, D)`` float16, L2-normalised.
 
@@ -108,6 +109,7 @@ class TargetStore:
         embeddings: ``(M, D)`` float16, one row per stored text.
         index: text key -> row.
         prefix: the teacher's query prefix.
+        max_length: the tokens the teacher read per text (None: not recorded, e.g. a test's encoder).
     """
 
     folder: Path
@@ -115,6 +117,7 @@ class TargetStore:
     embeddings: torch.Tensor
     index: dict[bytes, int]
     prefix: str = ""
+    max_length: int | None = None
 
     @property
     def dimension(self) -> int:
@@ -145,7 +148,7 @@ class TargetStore:
         embeddings = torch.cat(parts) if parts else torch.zeros(0, dim, dtype=_DTYPE)
         all_keys = np.concatenate(keys) if keys else np.zeros((0, _KEY_BYTES), np.uint8)
         index = {bytes(key): i for i, key in enumerate(all_keys)}
-        return cls(folder, teacher, embeddings, index, meta.get("query_prefix", ""))
+        return cls(folder, teacher, embeddings, index, meta.get("query_prefix", ""), meta.get("max_length"))
 
     def missing(self, texts: Iterable[str]) -> list[str]:
         """The texts (as the teacher sees them) that have no stored embedding."""
@@ -190,6 +193,7 @@ def build_targets(
     chunk_size: int = 2048,
     batch_size: int = 32,
     device: str | None = None,
+    max_length: int | None = None,
     progress: bool = True,
 ) -> TargetStore:
     """Embed the texts of ``texts`` that the store of ``teacher`` under ``root`` lacks, chunk by chunk.
@@ -207,6 +211,8 @@ def build_targets(
         chunk_size: texts per chunk file.
         batch_size: texts per teacher forward pass.
         device: where the teacher runs (None: CUDA if available, else CPU).
+        max_length: tokens the teacher reads per text (None: its own ``max_seq_length``, 384 for
+            all-mpnet-base-v2); must match the store's when it exists.
         progress: show a progress bar.
 
     Returns:
@@ -218,16 +224,21 @@ def build_targets(
     folder.mkdir(parents=True, exist_ok=True)
     remove_temp_files(folder)
     if encode is None:
-        encode, dimension = _teacher_encoder(teacher, batch_size, device)
+        encode, dimension, max_length = _teacher_encoder(teacher, batch_size, device, max_length)
     if (folder / STORE).is_file():
         store = TargetStore.open(root, teacher)
         if dimension is not None and store.dimension != dimension:
             raise ConfigError(f"{folder} holds {store.dimension}-dimensional targets, the teacher gives {dimension}")
+        if store.max_length != max_length:
+            raise ConfigError(
+                f"{folder} holds targets read at max_length {store.max_length}, not {max_length}: build with "
+                f"--max-length {store.max_length}, or into another --out"
+            )
     else:
         if dimension is None:
             raise ValueError("build_targets: pass the dimension with encode")
         meta = {"teacher": teacher, "dimension": dimension, "dtype": "float16", "query_prefix": query_prefix(teacher)}
-        atomic_write_json(folder / STORE, meta)
+        atomic_write_json(folder / STORE, meta | {"max_length": max_length})
         store = TargetStore.open(root, teacher)
     todo = sorted(dict.fromkeys(store.missing(texts)), key=len, reverse=True)
     start = len(list(folder.glob("chunk-*.safetensors")))
@@ -250,13 +261,18 @@ def _save_chunk(path: Path, texts: Sequence[str], vectors: torch.Tensor) -> None
     atomic_write(path, lambda tmp: save_file(tensors, str(tmp)))
 
 
-def _teacher_encoder(teacher: str, batch_size: int, device: str | None) -> tuple[Encode, int]:
+def _teacher_encoder(
+    teacher: str, batch_size: int, device: str | None, max_length: int | None
+) -> tuple[Encode, int, int]:
+    """The teacher's encode function, its dimension and the tokens it reads per text."""
     from .teacher import Teacher
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     model = Teacher.load(teacher, device, batch_size).model
+    if max_length is not None:
+        model.max_seq_length = max_length
 
     def encode(texts: list[str]) -> Any:
         return model.encode(texts, batch_size=batch_size, show_progress_bar=False, convert_to_numpy=True)
 
-    return encode, int(model.get_embedding_dimension())
+    return encode, int(model.get_embedding_dimension()), int(model.max_seq_length)
