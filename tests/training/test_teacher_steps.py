@@ -168,3 +168,20 @@ def test_missing_targets_fail_before_the_model_loads(tmp_path, tiny_teacher, ass
         "distill_weight": 1.0, "distill_teacher": str(tiny_teacher), "distill_targets": str(root)})  # fmt: skip
     with pytest.raises(MissingTargetsError, match=r"of the \d+ training texts have no cached target .*teacher-targets"):
         train(cfg)
+
+
+@pytest.mark.parametrize(
+    ("sections", "message"),
+    [
+        ({"data": {"files": [{"path": "a.jsonl", "share": 1.5}]}}, r"data.files[0].share must be in (0, 1], got 1.5"),
+        ({"single": {"files": [{"path": "a.jsonl", "share": 0.5}]}}, "single.files[0].share: shares apply to data"),
+        (
+            {"data": {"files": [{"path": "a.jsonl", "share": 0.5}], "one_file_per_batch": False}},
+            "needs data.one_file_per_batch=true",
+        ),
+    ],
+)
+def test_file_share_errors_name_the_key(tmp_path, sections, message, run_config):
+    with pytest.raises(ConfigError) as info:
+        run_config(tmp_path, None, **sections)
+    assert message in str(info.value)

@@ -54,6 +54,9 @@ class DataFile:
 
     path: str  # a file; relative paths are resolved against the config file's folder
     weight: float | None = None  # sampling weight; None = the file's number of rows
+    # a fixed share of the contrastive batches (each file a glob matches gets it; with batch_by_axis, split
+    # over the axes by row count); files without one share the rest by weight. Needs data.one_file_per_batch
+    share: float | None = None
     symmetric: bool = False  # documents get the row's instruction too (pairs of the same kind, e.g. STS)
     # labels read "axis:class" (e.g. sentiment:positive, domain:movie): batch each axis's rows apart
     batch_by_axis: bool = False
@@ -346,6 +349,15 @@ def validate(config: RunConfig) -> None:
         for i, item in enumerate(getattr(config, section).files):
             if item.weight is not None and not item.weight > 0:
                 raise ConfigError(f"{section}.files[{i}].weight must be > 0, got {item.weight}")
+            if item.share is not None and not (section == "data" and 0 < item.share <= 1):
+                where = f"{section}.files[{i}].share"
+                raise ConfigError(
+                    f"{where} must be in (0, 1], got {item.share}"
+                    if section == "data"
+                    else f"{where}: shares apply to data.files (single texts use single.share)"
+                )
+    if any(item.share is not None for item in config.data.files) and not config.data.one_file_per_batch:
+        raise ConfigError("data.files[].share chooses each batch's file: it needs data.one_file_per_batch=true")
     if config.lora.init_from is not None and not config.lora.enabled:
         raise ConfigError("lora.init_from needs lora.enabled=true (it continues training a LoRA adapter)")
     fixed = method_rules(config.embedding.method).fixed_attention

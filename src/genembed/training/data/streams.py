@@ -40,6 +40,7 @@ class FileSpec:
 
     path: str
     weight: float | None = None
+    share: float | None = None  # a fixed share of the batches (see MixtureSampler)
     symmetric: bool = False
     batch_by_axis: bool = False
     axis: str | None = None
@@ -71,8 +72,13 @@ def expand_files(files: Sequence[Any]) -> list[FileSpec]:
             "skip_instructions": tuple(getattr(item, "skip_instructions", ())),
             "distill": getattr(item, "distill", True),
         }
-        specs += [FileSpec(m, item.weight, **options) for m in matches]
+        specs += [FileSpec(m, item.weight, getattr(item, "share", None), **options) for m in matches]
     return specs
+
+
+def _part(value: float | None, part: list, rows: list) -> float | None:
+    """An axis's part of a file's weight or share: by its rows."""
+    return None if value is None else value * len(part) / len(rows)
 
 
 def _sources(spec: FileSpec) -> list[tuple[FileSpec, list[ContrastiveRow]]]:
@@ -95,7 +101,7 @@ def _sources(spec: FileSpec) -> list[tuple[FileSpec, list[ContrastiveRow]]]:
             )
         parts.setdefault(axis, []).append(row)
     return [
-        (replace(spec, axis=axis, weight=None if spec.weight is None else spec.weight * len(part) / len(rows)), part)
+        (replace(spec, axis=axis, weight=_part(spec.weight, part, rows), share=_part(spec.share, part, rows)), part)
         for axis, part in sorted(parts.items())
     ]
 
@@ -122,14 +128,18 @@ class ContrastiveStream:
             f.weight if f.weight is not None else float(len(r)) for f, r in zip(self.files, self.rows, strict=True)
         ]
         keys = [[(row.query, *row.pos) for row in rows] for rows in self.rows]
-        self.sampler = MixtureSampler(
-            [len(r) for r in self.rows],
-            self.weights,
-            batch_size,
-            seed=seed,
-            one_file_per_batch=one_file_per_batch,
-            keys=keys,
-        )
+        try:
+            self.sampler = MixtureSampler(
+                [len(r) for r in self.rows],
+                self.weights,
+                batch_size,
+                seed=seed,
+                one_file_per_batch=one_file_per_batch,
+                keys=keys,
+                shares=[f.share for f in self.files],
+            )
+        except ValueError as exc:  # shares that do not add up
+            raise DataError("data.files", None, str(exc)) from exc
         self.hard_negatives, self.doc_instruction, self.seed = hard_negatives, doc_instruction, seed
         self.last_rows: dict[str, int] = {}  # file name -> rows it gave the last batch (for the metrics)
 
@@ -162,10 +172,16 @@ class ContrastiveStream:
         self.sampler.skip(n)
 
     def summary(self) -> list[dict[str, Any]]:
-        """Per file: path, rows and share of the batches."""
-        total = sum(self.weights)
+        """Per file: path, rows and share of the batches (its fixed share, or its weight's part of the rest)."""
+        fixed = sum(f.share for f in self.files if f.share is not None)
+        rest = sum(w for f, w in zip(self.files, self.weights, strict=True) if f.share is None)
         return [
-            {"path": f.path, **({"axis": f.axis} if f.axis else {}), "rows": len(r), "share": round(w / total, 4)}
+            {
+                "path": f.path,
+                **({"axis": f.axis} if f.axis else {}),
+                "rows": len(r),
+                "share": round(f.share if f.share is not None else (1 - fixed) * w / rest, 4),
+            }
             for f, r, w in zip(self.files, self.rows, self.weights, strict=True)
         ]
 
