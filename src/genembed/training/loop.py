@@ -43,7 +43,7 @@ from .metrics import MetricsLog, plot_metrics
 from .objective import Objective
 from .teacher import Teacher
 from .teacher_map import load_teacher_map, save_teacher_map
-from .teacher_targets import MissingTargetsError, TargetStore
+from .teacher_targets import MissingTargetsError, TargetStore, targets_root
 
 __all__ = ["TrainResult", "train"]
 
@@ -253,7 +253,10 @@ def _build(cfg: RunConfig, resume: bool) -> tuple[_Run, dict[str, Any] | None]:
     if objective.regress is not None and init_from is not None:
         load_teacher_map(objective.regress, init_from)  # a stage continues the previous stage's map
     params = [p for p in objective.parameters() if p.requires_grad]  # the model's and the teacher map's
-    optimizer = torch.optim.AdamW(params, lr=tc.lr, weight_decay=tc.weight_decay)
+    groups: list[dict[str, Any]] = [{"params": [p for p in model.parameters() if p.requires_grad]}]
+    if objective.regress is not None:  # the map starts random: it learns at its own rate
+        groups.append({"params": list(objective.regress.parameters()), "lr": cfg.loss.regress_map_lr})
+    optimizer = torch.optim.AdamW(groups, lr=tc.lr, weight_decay=tc.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(tc.schedule, tc.warmup_steps, tc.max_steps))
     objective, optimizer = accelerator.prepare(objective, optimizer)
     prompt_format = cfg.embedding.settings().prompt_format
@@ -274,7 +277,7 @@ def _open_targets(
     ask the teacher about, so a missing one fails now rather than hours into the run."""
     if cfg.loss.distill_targets is None:
         return None
-    store = TargetStore.open(cfg.loss.distill_targets, cfg.loss.distill_teacher)
+    store = TargetStore.open(targets_root(cfg.loss.distill_targets), cfg.loss.distill_teacher)
     texts: dict[str, None] = {}
     if contrastive is not None and (cfg.loss.distill_weight > 0 or cfg.loss.regress_weight > 0):
         for rows in contrastive.rows:
@@ -287,7 +290,7 @@ def _open_targets(
         raise MissingTargetsError(
             f"{len(missing)} of the {len(texts)} training texts have no cached target in {store.folder} (e.g. "
             f"{missing[0][:80]!r}); build them: genembed teacher-targets FILES --teacher {store.teacher} --out "
-            f"{cfg.loss.distill_targets}"
+            f"{store.folder.parent}"
         )
     return store
 

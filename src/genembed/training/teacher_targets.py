@@ -23,6 +23,7 @@ memory (an error of about 1e-3 per coordinate of a unit vector, far below what t
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ __all__ = [
     "build_targets",
     "default_root",
     "targets_folder",
+    "targets_root",
     "training_texts",
 ]
 
@@ -67,6 +69,11 @@ def text_key(text: str) -> bytes:
 def default_root() -> Path:
     """``<genembed cache>/teacher-targets``: where targets go unless a root is given."""
     return cache_root() / "teacher-targets"
+
+
+def targets_root(value: str | Path) -> Path:
+    """A ``loss.distill_targets`` value as a folder: ``default`` is :func:`default_root`."""
+    return default_root() if str(value) == "default" else Path(os.path.expanduser(str(value)))
 
 
 def targets_folder(root: str | Path, teacher: str) -> Path:
@@ -223,6 +230,8 @@ def build_targets(
     folder = targets_folder(root, teacher)
     folder.mkdir(parents=True, exist_ok=True)
     remove_temp_files(folder)
+    if (folder / STORE).is_file() and not TargetStore.open(root, teacher).missing(texts):
+        return TargetStore.open(root, teacher)  # complete: no need to load the teacher
     if encode is None:
         encode, dimension, max_length = _teacher_encoder(teacher, batch_size, device, max_length)
     if (folder / STORE).is_file():
