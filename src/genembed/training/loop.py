@@ -43,7 +43,7 @@ from .metrics import MetricsLog, plot_metrics
 from .objective import Objective
 from .teacher import Teacher
 from .teacher_map import load_teacher_map, save_teacher_map
-from .teacher_targets import MissingTargetsError, TargetStore, targets_root
+from .teacher_targets import TargetStore, targets_root
 
 __all__ = ["TrainResult", "train"]
 
@@ -278,20 +278,14 @@ def _open_targets(
     if cfg.loss.distill_targets is None:
         return None
     store = TargetStore.open(targets_root(cfg.loss.distill_targets), cfg.loss.distill_teacher)
-    texts: dict[str, None] = {}
+    queries: list[str] = []
+    documents: list[str] = []
     if contrastive is not None and (cfg.loss.distill_weight > 0 or cfg.loss.regress_weight > 0):
-        for rows in contrastive.rows:
-            texts.update(dict.fromkeys(store.prefix + row.query for row in rows))
-            texts.update(dict.fromkeys(text for row in rows for text in (*row.pos, *row.neg)))
+        queries = [row.query for rows in contrastive.rows for row in rows]
+        documents = [text for rows in contrastive.rows for row in rows for text in (*row.pos, *row.neg)]
     if single is not None:
-        texts.update(dict.fromkeys(text for file in single.texts for text in file))
-    missing = store.missing(texts)
-    if missing:
-        raise MissingTargetsError(
-            f"{len(missing)} of the {len(texts)} training texts have no cached target in {store.folder} (e.g. "
-            f"{missing[0][:80]!r}); build them: genembed teacher-targets FILES --teacher {store.teacher} --out "
-            f"{store.folder.parent}"
-        )
+        documents += [text for file in single.texts for text in file]
+    store.check_covers(queries, documents)
     return store
 
 

@@ -161,6 +161,17 @@ class TargetStore:
         """The texts (as the teacher sees them) that have no stored embedding."""
         return [text for text in texts if text_key(text) not in self.index]
 
+    def check_covers(self, queries: Iterable[str], documents: Iterable[str]) -> None:
+        """Raise :class:`MissingTargetsError` unless every query (prefixed) and document has a target."""
+        texts = list(dict.fromkeys([*(self.prefix + q for q in queries), *documents]))
+        missing = self.missing(texts)
+        if missing:
+            raise MissingTargetsError(
+                f"{len(missing)} of the {len(texts)} training texts have no cached target in {self.folder} (e.g. "
+                f"{missing[0][:80]!r}); build them: genembed teacher-targets FILES --teacher {self.teacher} --out "
+                f"{self.folder.parent}"
+            )
+
     def vectors(self, texts: Sequence[str], *, queries: bool = False) -> torch.Tensor:
         """``(n, D)`` float32 teacher embeddings of ``texts`` (``queries``: prefixed with the query prefix).
 
