@@ -350,9 +350,9 @@ def _train_step(run: _Run, step: int) -> dict[str, Any]:
             None if gen_batch is None else _to(gen_batch, device),
         )
         # the teacher scores the queries and documents the labels index: the global batch's when gathered
-        teacher = {}
-        if run.targets is not None:
-            teacher = run.targets.batch_inputs(targets, device, vectors=run.cfg.loss.regress_weight > 0)
+        teacher, loss = {}, run.cfg.loss
+        if run.targets is not None and (loss.distill_weight > 0 or loss.regress_weight > 0):
+            teacher = run.targets.batch_inputs(targets, device, vectors=loss.regress_weight > 0)
         elif run.teacher is not None:
             teacher = run.teacher.batch_inputs(targets, device)
         if tc.grad_cache_chunk:  # single process (checked in _build)
