@@ -185,3 +185,11 @@ def test_file_share_errors_name_the_key(tmp_path, sections, message, run_config)
     with pytest.raises(ConfigError) as info:
         run_config(tmp_path, None, **sections)
     assert message in str(info.value)
+
+
+def test_targets_without_a_teacher_loss_are_not_asked(tmp_path, tiny_folder, tiny_teacher, assets, run_config):
+    root = tmp_path / "targets"  # covers qa_pairs only, not the run's similar.jsonl
+    build_targets(training_texts([assets / "qa_pairs.jsonl"]), root, str(tiny_teacher), device="cpu", progress=False)
+    loss = {"distill_teacher": str(tiny_teacher), "distill_targets": str(root)}
+    train(run_config(tmp_path / "run", tiny_folder, loss=loss, train={"max_steps": 2}))
+    assert [r["distill"] + r["regress"] for r in _records(tmp_path / "run")] == [0, 0]
