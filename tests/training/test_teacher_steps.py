@@ -193,3 +193,15 @@ def test_targets_without_a_teacher_loss_are_not_asked(tmp_path, tiny_folder, tin
     loss = {"distill_teacher": str(tiny_teacher), "distill_targets": str(root)}
     train(run_config(tmp_path / "run", tiny_folder, loss=loss, train={"max_steps": 2}))
     assert [r["distill"] + r["regress"] for r in _records(tmp_path / "run")] == [0, 0]
+
+
+def test_a_run_of_single_text_steps_only_needs_no_contrastive_data(
+    tmp_path, tiny_folder, tiny_teacher, targets, assets, run_config
+):
+    cfg = _config(run_config, tmp_path / "run", tiny_folder, tiny_teacher, targets, assets,
+                  loss={"regress_weight": 1.0}, single={"share": 1.0}, train={"max_steps": 3})  # fmt: skip
+    cfg.data.files = []
+    train(cfg)
+    records = _records(tmp_path / "run")
+    assert [r["objective"] for r in records] == ["single"] * 3 and all(r["distill"] == 0 for r in records)
+    assert records[-1]["regress"] < records[0]["regress"]

@@ -263,11 +263,17 @@ def _build(cfg: RunConfig, resume: bool) -> tuple[_Run, dict[str, Any] | None]:
     run = _Run(
         cfg, accelerator, out, checkpoint, backbone.tokenizer, model, objective, optimizer, scheduler, params,
         contrastive, generative, MetricsLog(out / "metrics.jsonl"), prompt_format, teacher, targets, single,
-        ShareSchedule({"contrastive": 1 - share, "single": share}).plan(tc.max_steps) if 0 < share < 1 else None,
+        _objective_plan(share, tc.max_steps),
     )  # fmt: skip
-    if share == 1:
-        run.plan = ["single"] * tc.max_steps
     return run, saved
+
+
+def _objective_plan(single_share: float, steps: int) -> list[str] | None:
+    """Each step's objective with ``single.share`` of single-text steps (None: every step contrastive)."""
+    if single_share == 0:
+        return None
+    shares = {"contrastive": 1 - single_share, "single": single_share}
+    return ShareSchedule({name: share for name, share in shares.items() if share > 0}).plan(steps)
 
 
 def _open_targets(
