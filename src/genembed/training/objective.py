@@ -35,10 +35,11 @@ __all__ = ["Objective", "RepresentationTerms"]
 class RepresentationTerms:
     """The representation loss of one batch's embeddings.
 
-    ``total`` is what is backpropagated: ``rep + distill_weight * distill``. ``rep`` is the contrastive
-    loss (ICR or InfoNCE), ``step_losses`` ``(K,)`` its L_1..L_K, ``reg`` the ICR regulariser (before
-    lambda), ``distill`` the KL to the teacher averaged over the trained steps (0 when not distilling)
-    and ``regress`` the embedding-distillation loss averaged likewise (0 when not regressing).
+    ``total`` is what is backpropagated: ``rep + distill_weight * distill + regress_weight * regress``.
+    ``rep`` is the contrastive loss (ICR or InfoNCE), ``step_losses`` ``(K,)`` its L_1..L_K, ``reg`` the
+    ICR regulariser (before lambda), ``distill`` the KL to the teacher averaged over the trained steps
+    (0 when not distilling) and ``regress`` the embedding-distillation loss averaged likewise (0 when
+    not regressing).
     """
 
     total: torch.Tensor
