@@ -216,9 +216,8 @@ def build_targets(
 ) -> TargetStore:
     """Embed the texts of ``texts`` that the store of ``teacher`` under ``root`` lacks, chunk by chunk.
 
-    Texts are taken longest first, so each chunk's batches hold texts of similar length (less padding)
-    and the time left shrinks faster than the bar; each chunk is saved atomically when done, so a
-    killed build resumes with the chunks already written.
+    Texts are taken longest first, so each chunk's batches hold texts of similar length (less padding);
+    each chunk is saved atomically when done, so a killed build resumes with the chunks already written.
 
     Args:
         texts: the texts as the teacher sees them (see :func:`training_texts`).
@@ -241,12 +240,12 @@ def build_targets(
     folder = targets_folder(root, teacher)
     folder.mkdir(parents=True, exist_ok=True)
     remove_temp_files(folder)
-    if (folder / STORE).is_file() and not TargetStore.open(root, teacher).missing(texts):
-        return TargetStore.open(root, teacher)  # complete: no need to load the teacher
+    store = TargetStore.open(root, teacher) if (folder / STORE).is_file() else None
+    if store is not None and not store.missing(texts):
+        return store  # complete: no need to load the teacher
     if encode is None:
         encode, dimension, max_length = _teacher_encoder(teacher, batch_size, device, max_length)
-    if (folder / STORE).is_file():
-        store = TargetStore.open(root, teacher)
+    if store is not None:
         if dimension is not None and store.dimension != dimension:
             raise ConfigError(f"{folder} holds {store.dimension}-dimensional targets, the teacher gives {dimension}")
         if store.max_length != max_length:
