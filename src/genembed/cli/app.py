@@ -20,6 +20,8 @@ from . import (
     models_cmd,
     mteb_cmd,
     serve_cmd,
+    targets_cmd,
+    teacher_cmd,
     train_cmd,
 )
 from ._spellings import command_class
@@ -71,6 +73,8 @@ _add("train", train_cmd.train)
 _add("export-checkpoint", train_cmd.export_checkpoint)
 _add("make-gen-data", gen_data_cmd.make_gen_data)
 _add("mine-negatives", mine_cmd.mine_negatives)
+_add("install-teacher", teacher_cmd.install_teacher)
+_add("teacher-targets", targets_cmd.teacher_targets)
 
 
 @app.command("version")

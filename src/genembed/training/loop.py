@@ -33,14 +33,17 @@ import yaml
 from .._files import atomic_write_files, atomic_write_text, remove_temp_files
 from .checkpoint import capture_rng, latest_checkpoint, load_checkpoint, restore_rng, save_checkpoint
 from .config import ConfigError, RunConfig, config_to_dict, load_config
-from .data.streams import ContrastiveStream, GenerativeStream, expand_files
+from .data.sampler import ShareSchedule
+from .data.streams import ContrastiveStream, GenerativeStream, SingleStream, expand_files
 from .forward import tokenize_texts
-from .grad_cache import grad_cache_step
+from .grad_cache import grad_cache_single, grad_cache_step
 from .lora import load_trainable_state, make_trainable, save_trained, trainable_state
-from .losses import ICRLoss, InfoNCE, NextTokenLoss, SimilarityDistillation
+from .losses import EmbeddingDistillation, ICRLoss, InfoNCE, NextTokenLoss, SimilarityDistillation
 from .metrics import MetricsLog, plot_metrics
 from .objective import Objective
 from .teacher import Teacher
+from .teacher_map import load_teacher_map, save_teacher_map
+from .teacher_targets import TargetStore, targets_root
 
 __all__ = ["TrainResult", "train"]
 
@@ -113,11 +116,15 @@ def train(
     bar.close()
 
     accelerator = run.accelerator
-    model = accelerator.unwrap_model(run.objective).model.eval()
+    objective = accelerator.unwrap_model(run.objective)
+    model = objective.model.eval()
     accelerator.wait_for_everyone()
     if main:
         seconds = time.perf_counter() - t_start
-        _finish(run.out, cfg, model, run.tokenizer, run.metrics, run.contrastive, run.world, seconds, run.precision)
+        data = [*(run.contrastive.summary() if run.contrastive else []), *(run.single.summary() if run.single else [])]
+        _finish(run.out, cfg, model, run.tokenizer, run.metrics, data, run.world, seconds, run.precision)
+        if objective.regress is not None:
+            save_teacher_map(objective.regress, run.out)
     accelerator.wait_for_everyone()
     if run.world > 1:
         accelerator.end_training()  # tears down the process group (gloo aborts at exit otherwise)
@@ -138,11 +145,18 @@ class _Run:
     optimizer: Any
     scheduler: Any
     params: list[torch.nn.Parameter]
-    contrastive: ContrastiveStream
+    contrastive: ContrastiveStream | None  # None when every step is a single-text step
     generative: GenerativeStream | None
     metrics: MetricsLog
     prompt_format: str
     teacher: Teacher | None  # scores each batch for similarity distillation (loss.distill_weight > 0)
+    targets: TargetStore | None = None  # the teacher's cached vectors (loss.distill_targets), replacing it
+    single: SingleStream | None = None  # single-text batches (single.share > 0)
+    plan: list[str] | None = None  # each step's objective, "contrastive" or "single" (single.share)
+
+    def source(self, step: int) -> str:
+        """The objective of step ``step`` (1-based)."""
+        return self.plan[step - 1] if self.plan else "contrastive"
 
     @property
     def rank(self) -> int:
@@ -213,10 +227,16 @@ def _build(cfg: RunConfig, resume: bool) -> tuple[_Run, dict[str, Any] | None]:
     accelerator.wait_for_everyone()
 
     # data first: a bad file fails in seconds, before a model is loaded
-    contrastive = ContrastiveStream.from_config(cfg, world)
+    share = cfg.single.share
+    contrastive = ContrastiveStream.from_config(cfg, world) if share < 1 else None
+    single = None
+    if share > 0:
+        single = SingleStream(expand_files(cfg.single.files), batch_size=cfg.single.batch_size * world, seed=tc.seed)
     init_from = _init_adapter(cfg.lora.init_from)  # a missing adapter fails before the model loads too
-    # the teacher too (it is small); every process scores the batch whose targets it holds
-    teacher = Teacher.load(cfg.loss.distill_teacher, accelerator.device) if cfg.loss.distill_weight > 0 else None
+    # the teacher too (it is small; or its cached vectors); every process scores the batch whose targets it holds
+    targets = _open_targets(cfg, contrastive, single)
+    distills = cfg.loss.distill_weight > 0 and targets is None
+    teacher = Teacher.load(cfg.loss.distill_teacher, accelerator.device) if distills else None
     set_seed(tc.seed)
     backbone = _load_backbone(cfg)
     generative = None
@@ -229,17 +249,50 @@ def _build(cfg: RunConfig, resume: bool) -> tuple[_Run, dict[str, Any] | None]:
             max_length=cfg.generative.max_length,
         )
     model = trainable_model(cfg, backbone.model, init_from)
-    objective = _build_objective(cfg, model, has_generative=generative is not None)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=tc.lr, weight_decay=tc.weight_decay)
+    objective = _build_objective(cfg, model, has_generative=generative is not None, targets=targets)
+    if objective.regress is not None and init_from is not None:
+        load_teacher_map(objective.regress, init_from)  # a stage continues the previous stage's map
+    params = [p for p in objective.parameters() if p.requires_grad]  # the model's and the teacher map's
+    groups: list[dict[str, Any]] = [{"params": [p for p in model.parameters() if p.requires_grad]}]
+    if objective.regress is not None:  # the map starts random: it learns at its own rate
+        groups.append({"params": list(objective.regress.parameters()), "lr": cfg.loss.regress_map_lr})
+    optimizer = torch.optim.AdamW(groups, lr=tc.lr, weight_decay=tc.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(tc.schedule, tc.warmup_steps, tc.max_steps))
     objective, optimizer = accelerator.prepare(objective, optimizer)
     prompt_format = cfg.embedding.settings().prompt_format
     run = _Run(
         cfg, accelerator, out, checkpoint, backbone.tokenizer, model, objective, optimizer, scheduler, params,
-        contrastive, generative, MetricsLog(out / "metrics.jsonl"), prompt_format, teacher,
+        contrastive, generative, MetricsLog(out / "metrics.jsonl"), prompt_format, teacher, targets, single,
+        _objective_plan(share, tc.max_steps),
     )  # fmt: skip
     return run, saved
+
+
+def _objective_plan(single_share: float, steps: int) -> list[str] | None:
+    """Each step's objective with ``single.share`` of single-text steps (None: every step contrastive)."""
+    if single_share == 0:
+        return None
+    shares = {"contrastive": 1 - single_share, "single": single_share}
+    return ShareSchedule({name: share for name, share in shares.items() if share > 0}).plan(steps)
+
+
+def _open_targets(
+    cfg: RunConfig, contrastive: ContrastiveStream | None, single: SingleStream | None
+) -> TargetStore | None:
+    """The teacher's cached vectors (``loss.distill_targets``), checked to cover every text the run's losses
+    ask the teacher about, so a missing one fails now rather than hours into the run."""
+    if cfg.loss.distill_targets is None:
+        return None
+    store = TargetStore.open(targets_root(cfg.loss.distill_targets), cfg.loss.distill_teacher)
+    queries: list[str] = []
+    documents: list[str] = []
+    if contrastive is not None and (cfg.loss.distill_weight > 0 or cfg.loss.regress_weight > 0):
+        queries = [row.query for rows in contrastive.rows for row in rows]
+        documents = [text for rows in contrastive.rows for row in rows for text in (*row.pos, *row.neg)]
+    if single is not None:
+        documents += [text for file in single.texts for text in file]
+    store.check_covers(queries, documents)
+    return store
 
 
 def _resume(run: _Run, saved: dict[str, Any]) -> int:
@@ -251,9 +304,16 @@ def _resume(run: _Run, saved: dict[str, Any]) -> int:
     restore_rng(rng[run.rank] if run.rank < len(rng) else rng[0])
     start = saved["step"]
     accum = run.cfg.train.grad_accum
-    run.contrastive.skip(start * accum)
-    if run.generative is not None:
-        run.generative.skip(start * accum)
+    done = Counter(run.source(step) for step in range(1, start + 1))
+    if run.contrastive is not None:
+        run.contrastive.skip(done["contrastive"] * accum)
+    if run.generative is not None:  # drawn with each contrastive micro-batch
+        run.generative.skip(done["contrastive"] * accum)
+    if run.single is not None:
+        run.single.skip(done["single"] * accum)
+    regress = run.accelerator.unwrap_model(run.objective).regress
+    if regress is not None:
+        regress.load_state_dict(saved["teacher_map"])
     if run.accelerator.is_main_process:
         run.metrics.truncate(start)
         logger.info("resuming from %s (step %d)", run.checkpoint, start)
@@ -268,7 +328,15 @@ def _train_step(run: _Run, step: int) -> dict[str, Any]:
     t_step = time.perf_counter()
     sums: dict[str, torch.Tensor] = {}
     sources: Counter[str] = Counter()
+    kind = run.source(step)
     for micro in range(tc.grad_accum):
+        if kind == "single":
+            terms = _single_micro_step(run, micro == tc.grad_accum - 1)
+            sources.update(run.single.last_rows)
+            for key, value in terms.items():
+                if key != "objective":
+                    sums[key] = sums.get(key, 0) + value.detach().float() / tc.grad_accum
+            continue
         batch = run.contrastive.next()
         sources.update(run.contrastive.last_rows)
         local = batch.shard(rank, world)
@@ -288,7 +356,11 @@ def _train_step(run: _Run, step: int) -> dict[str, Any]:
             None if gen_batch is None else _to(gen_batch, device),
         )
         # the teacher scores the queries and documents the labels index: the global batch's when gathered
-        teacher = run.teacher.batch_inputs(targets, device) if run.teacher is not None else {}
+        teacher, loss = {}, run.cfg.loss
+        if run.targets is not None and (loss.distill_weight > 0 or loss.regress_weight > 0):
+            teacher = run.targets.batch_inputs(targets, device, vectors=loss.regress_weight > 0)
+        elif run.teacher is not None:
+            teacher = run.teacher.batch_inputs(targets, device)
         if tc.grad_cache_chunk:  # single process (checked in _build)
             terms = grad_cache_step(
                 run.objective,
@@ -314,7 +386,30 @@ def _train_step(run: _Run, step: int) -> dict[str, Any]:
     run.optimizer.zero_grad(set_to_none=True)
     record = _record(step, accelerator.reduce(_flatten(sums), reduction="mean"), lr, grad_norm, t_step)
     record["rows"] = dict(sources.most_common())  # which files the step's (global) batches came from
+    record["objective"] = kind
     return record
+
+
+def _single_micro_step(run: _Run, sync: bool) -> dict[str, torch.Tensor]:
+    """Embed this process's share of a single-text batch (no instruction) and backpropagate the teacher's
+    losses against the cached vectors (a KL over the local texts' similarities, the regression)."""
+    tc, accelerator, device = run.cfg.train, run.accelerator, run.accelerator.device
+    texts = run.single.next()
+    per = len(texts) // run.world
+    local = texts[run.rank * per : (run.rank + 1) * per]
+    batch = tokenize_texts(
+        run.tokenizer, local, [""] * len(local), prompt_format=run.prompt_format, max_length=run.cfg.single.max_length
+    ).to(device)
+    vectors = run.targets.vectors(local).to(device)  # (B, T)
+    if tc.grad_cache_chunk:
+        return grad_cache_single(
+            run.objective, batch, vectors, chunk=tc.grad_cache_chunk, scale=1 / tc.grad_accum, autocast=run.autocast
+        )
+    with contextlib.nullcontext() if sync else accelerator.no_sync(run.objective):
+        with run.autocast():
+            terms = run.objective(texts=batch, teacher_texts=vectors)
+        accelerator.backward(terms["objective"] / tc.grad_accum)
+    return terms
 
 
 def _with_overrides(config: RunConfig, overrides: list[str] | tuple[str, ...]) -> RunConfig:
@@ -430,7 +525,9 @@ def _load_backbone(cfg: RunConfig) -> Any:
     return load_backbone(cfg.model.name, dtype=cfg.model.dtype)
 
 
-def _build_objective(cfg: RunConfig, model: Any, *, has_generative: bool) -> Objective:
+def _build_objective(
+    cfg: RunConfig, model: Any, *, has_generative: bool, targets: TargetStore | None = None
+) -> Objective:
     emb, loss = cfg.embedding, cfg.loss
     settings = emb.settings(checkpoint_chunk=cfg.train.checkpoint_chunk if cfg.train.gradient_checkpointing else 0)
     if settings.rules.loss == "icr":
@@ -445,9 +542,13 @@ def _build_objective(cfg: RunConfig, model: Any, *, has_generative: bool) -> Obj
         rep = InfoNCE(loss.temperature)
     gen = NextTokenLoss(cfg.generative.aggregation) if has_generative else None
     distill = SimilarityDistillation(loss.temperature, loss.distill_temperature) if loss.distill_weight > 0 else None
+    regress = None
+    if loss.regress_weight > 0:  # validate() made sure targets are configured
+        regress = EmbeddingDistillation(model.config.hidden_size, targets.dimension, loss.regress_loss)
     return Objective(
-        model, settings, rep, gen, cfg.generative.weight, loss.cross_device_negatives, distill, loss.distill_weight
-    )
+        model, settings, rep, gen, cfg.generative.weight, loss.cross_device_negatives, distill, loss.distill_weight,
+        regress, loss.regress_weight,
+    )  # fmt: skip
 
 
 def _schedule(kind: str, warmup: int, total: int) -> Any:
@@ -484,16 +585,16 @@ def _to(batch: Any, device: torch.device) -> Any:
 
 
 def _flatten(sums: dict[str, torch.Tensor]) -> torch.Tensor:
-    """One vector (loss, rep, reg, gen, distill, L_1..L_K) so that a single all-reduce averages every metric."""
-    head = [sums[key] for key in ("loss", "rep", "reg", "gen", "distill")]
+    """One vector (loss, rep, reg, gen, distill, regress, L_1..L_K): one all-reduce averages every metric."""
+    head = [sums[key] for key in ("loss", "rep", "reg", "gen", "distill", "regress")]
     return torch.cat([torch.stack(head), sums["step_losses"]])
 
 
 def _record(step: int, values: torch.Tensor, lr: float, grad_norm: Any, t_step: float) -> dict[str, Any]:
     vals = values.tolist()
     record: dict[str, Any] = {"step": step, "loss": vals[0], "rep": vals[1], "reg": vals[2], "gen": vals[3]}
-    record["distill"] = vals[4]
-    record |= {f"L_{k + 1}": v for k, v in enumerate(vals[5:])}
+    record |= {"distill": vals[4], "regress": vals[5]}
+    record |= {f"L_{k + 1}": v for k, v in enumerate(vals[6:])}
     record |= {"lr": lr, "grad_norm": None if grad_norm is None else float(grad_norm)}
     record["seconds"] = round(time.perf_counter() - t_step, 4)
     return record
@@ -510,6 +611,9 @@ def _checkpoint(run: _Run, step: int) -> None:
             "scheduler": run.scheduler.state_dict(),
             "rng": rng,
         }
+        regress = run.accelerator.unwrap_model(run.objective).regress
+        if regress is not None:
+            state["teacher_map"] = regress.state_dict()
         save_checkpoint(run.out / "checkpoints", step, state, keep=run.cfg.train.keep_checkpoints)
     run.accelerator.wait_for_everyone()
 
@@ -520,7 +624,7 @@ def _finish(
     model: Any,
     tokenizer: Any,
     metrics: MetricsLog,
-    data: Any,
+    data: list[dict[str, Any]],
     world: int,
     seconds: float,
     precision: str,
@@ -538,7 +642,7 @@ def _finish(
         "processes": world,
         "precision": precision,  # train.precision as run (auto resolved)
         "weights": "lora adapter" if cfg.lora.enabled else "full model",
-        "data": data.summary(),
+        "data": data,
         "load_with": _load_hint(cfg, out),
     }
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))

@@ -51,7 +51,8 @@ class MetricsLog:
 
 
 def plot_metrics(records: list[dict[str, Any]], path: str | Path) -> Path | None:
-    """Plot loss terms (distillation KL included), the stepwise losses L_1..L_K and the learning rate.
+    """Plot loss terms (the teacher's included), the stepwise losses L_1..L_K (of the contrastive steps) and
+    the learning rate.
 
     Returns the path, or None without matplotlib or records.
     """
@@ -68,9 +69,9 @@ def plot_metrics(records: list[dict[str, Any]], path: str | Path) -> Path | None
     step_keys = sorted((k for k in records[0] if k.startswith("L_")), key=lambda k: int(k[2:]))
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     has_gen = any(r.get("gen") for r in records)
-    has_distill = any(r.get("distill") for r in records)
+    has_distill = any(r.get("distill") or r.get("regress") for r in records)
     terms = [("loss", "total"), ("rep", "representation"), ("gen", "generative"), ("reg", "regulariser")]
-    for key, label in [*terms, ("distill", "distillation KL")]:
+    for key, label in [*terms, ("distill", "distillation KL"), ("regress", "embedding distillation")]:
         if key == "rep" and not (has_gen or has_distill):  # then the total is the representation loss
             continue
         if any(r.get(key) for r in records):
@@ -79,8 +80,14 @@ def plot_metrics(records: list[dict[str, Any]], path: str | Path) -> Path | None
             axes[0].plot(steps, _smooth(values), color=line.get_color(), label=f"{label} (smoothed)")
     axes[0].set_title("loss")
     cmap = plt.get_cmap("viridis")
+    contrastive = [r for r in records if r.get("objective", "contrastive") == "contrastive"]  # single steps have no L_k
     for i, key in enumerate(step_keys):
-        axes[1].plot(steps, [r[key] for r in records], color=cmap(i / max(1, len(step_keys) - 1)), label=key)
+        axes[1].plot(
+            [r["step"] for r in contrastive],
+            [r[key] for r in contrastive],
+            color=cmap(i / max(1, len(step_keys) - 1)),
+            label=key,
+        )
     axes[1].set_title("stepwise InfoNCE L_k")
     axes[2].plot(steps, [r["lr"] for r in records])
     axes[2].set_title("learning rate")

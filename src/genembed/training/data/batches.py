@@ -53,6 +53,14 @@ class ContrastiveBatch:
             return torch.ones(len(self.queries), dtype=torch.bool)
         return torch.tensor(self.distilled, dtype=torch.bool)
 
+    def document_distill_tensor(self) -> torch.Tensor:
+        """Boolean ``(N,)``, True for the documents of the queries whose rows are distilled."""
+        rows = self.distill_tensor()
+        out = torch.zeros(len(self.documents), dtype=torch.bool)
+        for (start, end), flag in zip(self.groups, rows.tolist(), strict=True):
+            out[start:end] = flag
+        return out
+
     def shard(self, rank: int, world: int) -> ContrastiveBatch:
         """This process's contiguous slice of the queries with their documents (indices made local).
 

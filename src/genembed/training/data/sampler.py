@@ -14,12 +14,12 @@ batches it has already used.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Hashable, Sequence
 
 import numpy as np
 
-__all__ = ["MixtureSampler"]
+__all__ = ["MixtureSampler", "ShareSchedule"]
 
 
 class _FileStream:
@@ -76,6 +76,9 @@ class MixtureSampler:
         seed: the whole stream follows from it.
         one_file_per_batch: draw each batch from one file where it has enough rows.
         keys: per file, per row, the texts that may occur only once in a batch (None: no constraint).
+        shares: per file, a fixed share of the batches (None: drawn by weight from what the files with a
+            share leave); the batch's first file then follows a :class:`ShareSchedule` rather than a
+            random draw. Needs ``one_file_per_batch``.
     """
 
     def __init__(
@@ -87,6 +90,7 @@ class MixtureSampler:
         seed: int,
         one_file_per_batch: bool = True,
         keys: Sequence[Sequence[Sequence[Hashable]]] | None = None,
+        shares: Sequence[float | None] | None = None,
     ):
         if not sizes or len(sizes) != len(weights) or min(sizes) < 1:
             raise ValueError("need at least one file, one weight per file, and at least one row per file")
@@ -105,13 +109,17 @@ class MixtureSampler:
             _FileStream(size, np.random.default_rng(c)) for size, c in zip(sizes, children[1:], strict=True)
         ]
         self.batches_drawn = 0
+        self.schedule = _file_schedule(shares, len(sizes)) if shares and any(x is not None for x in shares) else None
+        if self.schedule is not None and not one_file_per_batch:
+            raise ValueError("file shares choose each batch's file: they need one_file_per_batch")
+        self.by_weight = [i for i in range(len(sizes)) if shares is None or shares[i] is None]
 
     def next_batch(self) -> list[tuple[int, int]]:
         """The next batch; it has ``batch_size`` rows unless all files together cannot supply them."""
         used: set[Hashable] = set()
         batch: list[tuple[int, int]] = []
         if self.one_file_per_batch:
-            first = int(self.rng.choice(len(self.streams), p=self.probs))
+            first = self._first_file()
             order = [first] + [int(i) for i in self._weighted_order(exclude=first)]
             for file in order:
                 need = self.batch_size - len(batch)
@@ -124,6 +132,17 @@ class MixtureSampler:
                 batch += [(file, row) for row in self.streams[file].take(1, used, self._keys(file))]
         self.batches_drawn += 1
         return batch
+
+    def _first_file(self) -> int:
+        """The file a batch is drawn from: by weight, or the share schedule's (by weight among the files
+        without a share when it says ``rest``)."""
+        source = "rest" if self.schedule is None else self.schedule.next()
+        if source != "rest":
+            return int(source)
+        if self.schedule is None:
+            return int(self.rng.choice(len(self.streams), p=self.probs))
+        p = self.probs[self.by_weight] / self.probs[self.by_weight].sum()
+        return int(self.rng.choice(self.by_weight, p=p))
 
     def skip(self, n: int) -> None:
         """Draw and discard ``n`` batches (to resume where a run stopped)."""
@@ -140,3 +159,60 @@ class MixtureSampler:
             return []
         p = self.probs[others] / self.probs[others].sum()
         return self.rng.choice(others, size=len(others), replace=False, p=p).tolist()
+
+
+class ShareSchedule:
+    """Which source each step draws from, so that every source gets a fixed share of the steps.
+
+    Deterministic and evenly spread: step ``s`` (1-based) goes to the source furthest behind its share,
+    ``share * s - steps taken so far`` (ties to the earlier source), so after any ``n`` steps each source
+    has ``share * n`` steps, give or take one. Nothing random: a resumed run replays the same plan.
+
+    Args:
+        shares: source name -> share of the steps (> 0; normalised to sum to 1).
+
+    Example:
+        >>> ShareSchedule({"contrastive": 0.25, "single": 0.75}).plan(8)
+        ['single', 'contrastive', 'single', 'single', 'single', 'contrastive', 'single', 'single']
+    """
+
+    def __init__(self, shares: dict[str, float]):
+        if not shares or min(shares.values()) <= 0:
+            raise ValueError(f"shares must be > 0, got {shares}")
+        total = sum(shares.values())
+        self.shares = {name: share / total for name, share in shares.items()}
+        self.taken = dict.fromkeys(self.shares, 0)
+        self.steps = 0
+
+    def next(self) -> str:
+        """The source of the next step."""
+        self.steps += 1
+        name = max(self.shares, key=lambda n: self.shares[n] * self.steps - self.taken[n])
+        self.taken[name] += 1
+        return name
+
+    def plan(self, steps: int) -> list[str]:
+        """The sources of steps 1..``steps`` (from the start, whatever this schedule has drawn)."""
+        fresh = ShareSchedule(self.shares)
+        return [fresh.next() for _ in range(steps)]
+
+    def counts(self, steps: int) -> dict[str, int]:
+        """Steps each source has had among steps 1..``steps``."""
+        taken = Counter(self.plan(steps))
+        return {name: taken[name] for name in self.shares}
+
+
+def _file_schedule(shares: Sequence[float | None], files: int) -> ShareSchedule:
+    """A schedule over the files with a share (named by index) and ``rest`` (the others, by weight)."""
+    if len(shares) != files:
+        raise ValueError(f"need one share (or None) per file, got {len(shares)} for {files} files")
+    fixed = {str(i): float(x) for i, x in enumerate(shares) if x is not None}
+    if min(fixed.values()) <= 0:
+        raise ValueError(f"file shares must be > 0, got {list(shares)}")
+    total = sum(fixed.values())
+    rest = files - len(fixed)
+    if rest and not total < 1:
+        raise ValueError(f"file shares sum to {total:g}, leaving nothing for the {rest} files without a share")
+    if not rest and abs(total - 1) > 1e-6:
+        raise ValueError(f"every file has a share, so the shares must sum to 1, got {total:g}")
+    return ShareSchedule(fixed | ({"rest": 1 - total} if rest else {}))

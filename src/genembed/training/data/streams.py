@@ -16,11 +16,12 @@ from .contrastive import ContrastiveRow, read_contrastive
 from .generative import GenerativeBatch, GenerativeRow, collate_generative, read_generative, tokenize_chat
 from .jsonl import DataError
 from .sampler import MixtureSampler
+from .single import read_single_texts
 
 if TYPE_CHECKING:
     from ..config import RunConfig
 
-__all__ = ["ContrastiveStream", "FileSpec", "GenerativeStream", "expand_files"]
+__all__ = ["ContrastiveStream", "FileSpec", "GenerativeStream", "SingleStream", "expand_files"]
 
 _GLOB_CHARS = set("*?[")
 
@@ -39,6 +40,7 @@ class FileSpec:
 
     path: str
     weight: float | None = None
+    share: float | None = None  # a fixed share of the batches (see MixtureSampler)
     symmetric: bool = False
     batch_by_axis: bool = False
     axis: str | None = None
@@ -70,8 +72,13 @@ def expand_files(files: Sequence[Any]) -> list[FileSpec]:
             "skip_instructions": tuple(getattr(item, "skip_instructions", ())),
             "distill": getattr(item, "distill", True),
         }
-        specs += [FileSpec(m, item.weight, **options) for m in matches]
+        specs += [FileSpec(m, item.weight, getattr(item, "share", None), **options) for m in matches]
     return specs
+
+
+def _part(value: float | None, part: list, rows: list) -> float | None:
+    """An axis's part of a file's weight or share: by its rows."""
+    return None if value is None else value * len(part) / len(rows)
 
 
 def _sources(spec: FileSpec) -> list[tuple[FileSpec, list[ContrastiveRow]]]:
@@ -94,7 +101,7 @@ def _sources(spec: FileSpec) -> list[tuple[FileSpec, list[ContrastiveRow]]]:
             )
         parts.setdefault(axis, []).append(row)
     return [
-        (replace(spec, axis=axis, weight=None if spec.weight is None else spec.weight * len(part) / len(rows)), part)
+        (replace(spec, axis=axis, weight=_part(spec.weight, part, rows), share=_part(spec.share, part, rows)), part)
         for axis, part in sorted(parts.items())
     ]
 
@@ -121,14 +128,18 @@ class ContrastiveStream:
             f.weight if f.weight is not None else float(len(r)) for f, r in zip(self.files, self.rows, strict=True)
         ]
         keys = [[(row.query, *row.pos) for row in rows] for rows in self.rows]
-        self.sampler = MixtureSampler(
-            [len(r) for r in self.rows],
-            self.weights,
-            batch_size,
-            seed=seed,
-            one_file_per_batch=one_file_per_batch,
-            keys=keys,
-        )
+        try:
+            self.sampler = MixtureSampler(
+                [len(r) for r in self.rows],
+                self.weights,
+                batch_size,
+                seed=seed,
+                one_file_per_batch=one_file_per_batch,
+                keys=keys,
+                shares=[f.share for f in self.files],
+            )
+        except ValueError as exc:  # shares that do not add up
+            raise DataError("data.files", None, str(exc)) from exc
         self.hard_negatives, self.doc_instruction, self.seed = hard_negatives, doc_instruction, seed
         self.last_rows: dict[str, int] = {}  # file name -> rows it gave the last batch (for the metrics)
 
@@ -161,10 +172,16 @@ class ContrastiveStream:
         self.sampler.skip(n)
 
     def summary(self) -> list[dict[str, Any]]:
-        """Per file: path, rows and share of the batches."""
-        total = sum(self.weights)
+        """Per file: path, rows and share of the batches (its fixed share, or its weight's part of the rest)."""
+        fixed = sum(f.share for f in self.files if f.share is not None)
+        rest = sum(w for f, w in zip(self.files, self.weights, strict=True) if f.share is None)
         return [
-            {"path": f.path, **({"axis": f.axis} if f.axis else {}), "rows": len(r), "share": round(w / total, 4)}
+            {
+                "path": f.path,
+                **({"axis": f.axis} if f.axis else {}),
+                "rows": len(r),
+                "share": round(f.share if f.share is not None else (1 - fixed) * w / rest, 4),
+            }
             for f, r, w in zip(self.files, self.rows, self.weights, strict=True)
         ]
 
@@ -194,3 +211,38 @@ class GenerativeStream:
 
     def skip(self, n: int) -> None:
         self.sampler.skip(n)
+
+
+class SingleStream:
+    """Global batches of single texts: every distinct text of each file (:mod:`.single`), in shuffled
+    passes, a batch from one file where it has enough texts (weights as for contrastive files), never
+    the same text twice in a batch."""
+
+    def __init__(self, files: Sequence[FileSpec], *, batch_size: int, seed: int):
+        if not files:
+            raise DataError("single.files", None, "no single-text files configured")
+        self.files = list(files)
+        self.texts = [read_single_texts(f.path) for f in files]
+        self.weights = [
+            f.weight if f.weight is not None else float(len(t)) for f, t in zip(files, self.texts, strict=True)
+        ]
+        keys = [[(text,) for text in texts] for texts in self.texts]
+        sizes = [len(t) for t in self.texts]
+        self.sampler = MixtureSampler(sizes, self.weights, batch_size, seed=seed + 2, keys=keys)
+        self.last_rows: dict[str, int] = {}
+
+    def next(self) -> list[str]:
+        picks = self.sampler.next_batch()
+        self.last_rows = dict(Counter(self.files[f].name for f, _ in picks).most_common())
+        return [self.texts[f][i] for f, i in picks]
+
+    def skip(self, n: int) -> None:
+        self.sampler.skip(n)
+
+    def summary(self) -> list[dict[str, Any]]:
+        """Per file: path, texts and share of the single-text batches."""
+        total = sum(self.weights)
+        return [
+            {"path": f.path, "texts": len(t), "share": round(w / total, 4), "single": True}
+            for f, t, w in zip(self.files, self.texts, self.weights, strict=True)
+        ]

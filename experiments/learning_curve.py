@@ -1,0 +1,103 @@
+"""The teacher campaign's learning curve (issue 38): dev mean against training examples seen and CPU hours.
+
+Each chain is a sequence of stage run folders, each continuing the one before (one chain per objective or
+recipe compared). A stage folder holds ``metrics.jsonl`` (written by training: each step's ``seconds``,
+its ``objective`` and the rows it took per file), ``fast_dev.json`` (``experiments/fast_dev.py``) and, once
+scored on the full protocol, ``eval_full.json`` (``genembed eval ../shared/data/dev --out``). The point
+before any stage is the shipped adapter's, given with ``--start`` (a folder holding those two reports).
+
+    python experiments/learning_curve.py --start runs/default-scores \\
+        --chain kl+regression=runs/teacher-stage-1,runs/teacher-stage-2,runs/teacher-stage-3 \\
+        --out experiments/results/learning_curve.png
+
+Writes the PNG and, beside it, the points as JSON. Examples seen count a contrastive row (a query with
+its documents) or a single text as one; CPU hours are the summed step ``seconds``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def stage_point(folder: Path) -> dict:
+    """A stage's examples seen, step hours, and dev means (fast; full at K=5 when scored)."""
+    records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    by_objective: dict[str, int] = {}
+    for record in records:
+        kind = record.get("objective", "contrastive")
+        by_objective[kind] = by_objective.get(kind, 0) + sum(record.get("rows", {}).values())
+    point = {
+        "stage": str(folder),
+        "examples": sum(by_objective.values()),
+        "examples_by_objective": by_objective,
+        "hours": sum(record["seconds"] for record in records) / 3600,
+    }
+    return point | scores(folder)
+
+
+def scores(folder: Path) -> dict:
+    """The fast mean (``fast_dev.json``) and the full mean at K=5 (``eval_full.json``) found in ``folder``."""
+    out = {}
+    if (folder / "fast_dev.json").is_file():
+        out["fast"] = json.loads((folder / "fast_dev.json").read_text())["fast_mean"]
+    if (folder / "eval_full.json").is_file():
+        tasks = json.loads((folder / "eval_full.json").read_text())["tasks"]
+        out["full"] = round(sum(task["scores"]["K=5"] for task in tasks) / len(tasks), 2)
+    return out
+
+
+def chain_points(start: Path | None, stages: list[Path]) -> list[dict]:
+    """Cumulative points along a chain: examples and hours add up from stage to stage."""
+    points = [{"stage": "start", "examples": 0, "hours": 0.0} | (scores(start) if start else {})]
+    for folder in stages:
+        point = stage_point(folder)
+        point["examples"] += points[-1]["examples"]
+        point["hours"] += points[-1]["hours"]
+        points.append(point)
+    return points
+
+
+def plot(chains: dict[str, list[dict]], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for ax, x, label in ((axes[0], "examples", "training examples seen"), (axes[1], "hours", "CPU hours (step time)")):
+        for name, points in chains.items():
+            for key, style in (("fast", "-o"), ("full", "--s")):
+                shown = [p for p in points if key in p]
+                if shown:
+                    ax.plot([p[x] for p in shown], [p[key] for p in shown], style, label=f"{name} ({key} dev)")
+        ax.set_xlabel(label)
+        ax.set_ylabel("dev mean at K=5")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--chain", action="append", required=True, help="NAME=stage1,stage2,... (repeatable)")
+    parser.add_argument("--start", type=Path, default=None, help="folder with the shipped adapter's reports")
+    parser.add_argument("--out", type=Path, required=True, help="PNG; the points go beside it as .json")
+    args = parser.parse_args()
+    chains = {}
+    for item in args.chain:
+        name, sep, folders = item.partition("=")
+        if not sep or not folders:
+            raise SystemExit(f"--chain {item!r} must look like NAME=stage1,stage2")
+        chains[name] = chain_points(args.start, [Path(f) for f in folders.split(",")])
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    plot(chains, args.out)
+    args.out.with_suffix(".json").write_text(json.dumps(chains, indent=2) + "\n")
+    print(f"{args.out} ({', '.join(f'{n}: {len(p) - 1} stages' for n, p in chains.items())})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""Embedding distillation: regress a learned linear map of the student's embedding onto the teacher's vector.
+
+The student (e.g. 576-dimensional SmolLM2 states) and the teacher (768-dimensional all-mpnet-base-v2)
+live in different spaces, so a linear map ``W`` (``teacher_dim x student_dim``, no bias) is learned with
+the model. The map only serves training: the student keeps its own space, so the map is saved beside
+the trained adapter (to continue a later stage) but is never part of the exported model.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["EMBEDDING_LOSSES", "EmbeddingDistillation"]
+
+EMBEDDING_LOSSES = ("cosine", "mse")
+
+
+class EmbeddingDistillation(nn.Module):
+    """Distance between ``W @ normalize(student)`` and the teacher's unit vector, averaged over texts.
+
+    ``cosine``: ``1 - cos(W s, t)`` (the direction only). ``mse``: ``||W s - t||^2`` summed over the
+    teacher's dimensions (the map must also match the length, 1).
+
+    Inputs: ``student`` ``(B, D)`` embeddings, ``teacher`` ``(B, T)`` the teacher's vectors (normalised here),
+    optional boolean ``rows`` ``(B,)`` (True = the text is distilled; 0 when none is).
+
+    Example:
+        >>> loss = EmbeddingDistillation(student_dim=8, teacher_dim=6, kind="cosine")
+        >>> loss(torch.randn(4, 8), torch.randn(4, 6))       # a scalar in [0, 2]
+
+    Reference: Sanh et al., "DistilBERT, a distilled version of BERT" (2019), cosine loss on hidden
+    states; Jiao et al., "TinyBERT" (EMNLP 2020), a learned linear map between the student's and the
+    teacher's widths.
+    """
+
+    def __init__(self, student_dim: int, teacher_dim: int, kind: str = "cosine"):
+        super().__init__()
+        if kind not in EMBEDDING_LOSSES:
+            raise ValueError(f"kind must be one of {list(EMBEDDING_LOSSES)}, got {kind!r}")
+        self.kind = kind
+        self.map = nn.Linear(student_dim, teacher_dim, bias=False)
+
+    def per_text(self, student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+        """The loss of each text ``(B,)``."""
+        if student.shape[0] != teacher.shape[0] or teacher.shape[-1] != self.map.out_features:
+            raise ValueError(
+                f"student {tuple(student.shape)} and teacher {tuple(teacher.shape)} must be (B, "
+                f"{self.map.in_features}) and (B, {self.map.out_features})"
+            )
+        mapped = self.map(F.normalize(student.float(), dim=-1))  # (B, T)
+        target = F.normalize(teacher.float(), dim=-1)  # (B, T)
+        if self.kind == "cosine":
+            return 1 - F.cosine_similarity(mapped, target, dim=-1)
+        return (mapped - target).pow(2).sum(dim=-1)
+
+    def loss_from_embeddings(
+        self, student: torch.Tensor, teacher: torch.Tensor, rows: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The mean loss over the distilled texts (a scalar; 0 when ``rows`` selects none)."""
+        per = self.per_text(student, teacher)  # (B,)
+        if rows is None:
+            return per.mean()
+        rows = rows.to(per.device, torch.bool)
+        return per.masked_fill(~rows, 0.0).sum() / rows.sum().clamp_min(1)
+
+    forward = loss_from_embeddings

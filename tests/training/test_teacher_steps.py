@@ -1,0 +1,207 @@
+"""Training from cached teacher targets: the KL and the embedding regression on every z_k, single-text
+steps at a fixed share of the steps, the teacher map beside the adapter, resumption."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from genembed.encoders.settings import EmbedSettings
+from genembed.training import ConfigError, train
+from genembed.training.data import ShareSchedule
+from genembed.training.losses import EmbeddingDistillation, ICRLoss, SimilarityDistillation
+from genembed.training.objective import Objective
+from genembed.training.teacher_map import MAP_FILE
+from genembed.training.teacher_targets import MissingTargetsError, build_targets, training_texts
+
+
+@pytest.fixture(scope="module")
+def targets(tmp_path_factory, tiny_teacher, assets):
+    """The tiny teacher's cached vectors of every text of the two asset files."""
+    root = tmp_path_factory.mktemp("targets")
+    texts = training_texts([assets / "similar.jsonl", assets / "qa_pairs.jsonl"])
+    build_targets(texts, root, str(tiny_teacher), device="cpu", progress=False)
+    return root
+
+
+def _records(folder):
+    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_single_terms_are_the_kl_over_texts_by_texts_and_the_regression_at_every_step():
+    torch.manual_seed(0)
+    z, t = torch.randn(6, 3, 8), torch.randn(6, 4)
+    distill, regress = SimilarityDistillation(0.05, 0.1), EmbeddingDistillation(8, 4)
+    objective = Objective(None, EmbedSettings(steps=3), ICRLoss(0.05), None, 1.0, True, distill, 2.0, regress, 0.5)
+    terms = objective.single_terms(z, t)
+    tn = F.normalize(t, dim=-1)
+    kls, regs = [], []
+    for k in range(3):  # reference: each text against the 5 others, the teacher's cosines vs the student's
+        zn = F.normalize(z[:, k], dim=-1)
+        for i in range(6):
+            others = [j for j in range(6) if j != i]
+            p_t = torch.softmax(tn[i] @ tn[others].T / 0.1, dim=0)
+            log_s = torch.log_softmax(zn[i] @ zn[others].T / 0.05, dim=0)
+            kls.append((p_t * (p_t.log() - log_s)).sum())
+        regs.append(regress(z[:, k], t))
+    assert terms.distill.item() == pytest.approx(torch.stack(kls).mean().item(), rel=1e-5)
+    assert terms.regress.item() == pytest.approx(torch.stack(regs).mean().item(), rel=1e-6)
+    assert terms.total.item() == pytest.approx(2.0 * terms.distill.item() + 0.5 * terms.regress.item(), rel=1e-6)
+    assert terms.rep.item() == 0 and terms.step_losses.shape == (3,)
+    final_only = Objective(None, EmbedSettings(steps=3), ICRLoss(0.05, final_step_only=True), regress=regress)
+    final_only.regress_weight = 1.0
+    assert final_only.single_terms(z, t).regress.item() == pytest.approx(regress(z[:, 2], t).item(), rel=1e-6)
+
+
+def test_contrastive_regression_covers_the_distilled_queries_and_their_documents():
+    torch.manual_seed(1)
+    q, d = torch.randn(2, 3, 8), torch.randn(4, 3, 8)
+    tq, td = torch.randn(2, 4), torch.randn(4, 4)
+    regress = EmbeddingDistillation(8, 4, "mse")
+    objective = Objective(None, EmbedSettings(steps=3), ICRLoss(0.05), regress=regress, regress_weight=3.0)
+    rows, doc_rows = torch.tensor([True, False]), torch.tensor([True, True, False, False])
+    terms = objective.representation_terms(
+        q, d, torch.tensor([0, 2]), None, teacher_queries=tq, teacher_documents=td, distill_rows=rows,
+        document_rows=doc_rows,
+    )  # fmt: skip
+    student, target = torch.cat([q[:1], d[:2]]), torch.cat([tq[:1], td[:2]])
+    expected = torch.stack([regress(student[:, k], target) for k in range(3)]).mean()
+    assert terms.regress.item() == pytest.approx(expected.item(), rel=1e-6)
+    assert terms.total.item() == pytest.approx(terms.rep.item() + 3.0 * expected.item(), rel=1e-6)
+    with pytest.raises(ValueError, match="pass teacher_queries/documents"):
+        objective.representation_terms(q, d, torch.tensor([0, 2]), None)
+
+
+def _config(run_config, out, tiny_folder, tiny_teacher, targets, assets, *, single=None, loss=None, train=None):
+    loss = {"distill_teacher": str(tiny_teacher), "distill_targets": str(targets), **(loss or {})}
+    single = {"files": [str(assets / "qa_pairs.jsonl")], "batch_size": 8, **(single or {})}
+    sections = {"loss": loss, "single": single, "train": {"max_steps": 6, **(train or {})}}
+    return run_config(out, tiny_folder, **sections)
+
+
+def test_a_mixed_run_takes_single_steps_at_their_share_and_saves_the_map(
+    tmp_path, tiny_folder, tiny_teacher, targets, assets, run_config
+):
+    loss = {"distill_weight": 1.0, "regress_weight": 0.5}
+    cfg = _config(run_config, tmp_path / "run", tiny_folder, tiny_teacher, targets, assets, loss=loss,
+                  single={"share": 0.5})  # fmt: skip
+    result = train(cfg)
+    records = _records(tmp_path / "run")
+    assert [r["objective"] for r in records] == ShareSchedule({"contrastive": 0.5, "single": 0.5}).plan(6)
+    for r in records:
+        assert r["distill"] > 0 and r["regress"] > 0
+        assert r["loss"] == pytest.approx(r["rep"] + r["distill"] + 0.5 * r["regress"], rel=1e-5)
+        if r["objective"] == "single":
+            assert r["rep"] == 0 and set(r["rows"]) == {"qa_pairs.jsonl"}
+        else:
+            assert r["rep"] > 0 and set(r["rows"]) == {"similar.jsonl"}
+    from safetensors.torch import load_file
+
+    weight = load_file(str(tmp_path / "run" / MAP_FILE))["map.weight"]
+    assert weight.shape == (32, result.model.config.hidden_size)  # teacher (32) x student
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert [("single" in item) for item in summary["data"]] == [False, True]
+
+
+def test_cached_targets_give_the_online_teachers_kl(tmp_path, tiny_folder, tiny_teacher, targets, assets, run_config):
+    runs = {}
+    for name, cached in (("online", False), ("cached", True)):
+        cfg = _config(run_config, tmp_path / name, tiny_folder, tiny_teacher, targets, assets,
+                      loss={"distill_weight": 1.0, **({} if cached else {"distill_targets": None})},
+                      train={"max_steps": 3})  # fmt: skip
+        train(cfg)
+        runs[name] = [(r["loss"], r["distill"]) for r in _records(tmp_path / name)]
+    np.testing.assert_allclose(runs["cached"], runs["online"], rtol=2e-2)  # targets are stored in float16
+
+
+def test_grad_cache_and_resumption_reproduce_the_plain_run(
+    tmp_path, tiny_folder, tiny_teacher, targets, assets, run_config, caplog
+):
+    loss = {"distill_weight": 1.0, "regress_weight": 1.0, "regress_loss": "mse"}
+
+    def cfg_for(chunk):
+        return _config(run_config, tmp_path / f"c{chunk}", tiny_folder, tiny_teacher, targets, assets, loss=loss,
+                       single={"share": 0.7}, train={"grad_cache_chunk": chunk, "save_every": 2})  # fmt: skip
+
+    runs = {}
+    for chunk in (0, 3):
+        train(cfg_for(chunk))
+        runs[chunk] = [(r["loss"], r["distill"], r["regress"]) for r in _records(tmp_path / f"c{chunk}")]
+    np.testing.assert_allclose(runs[3], runs[0], rtol=1e-3)
+    # interrupted after step 4 (a contrastive and a single step come after it): the resumed run continues
+    # both streams and the teacher map exactly where they were
+    shutil.rmtree(tmp_path / "c0" / "checkpoints" / "step-0000006")
+    assert (tmp_path / "c0" / "checkpoints" / "step-0000004").is_dir()
+    with caplog.at_level(logging.INFO, logger="genembed.training.loop"):
+        train(cfg_for(0), resume=True)
+    assert "(step 4)" in caplog.text
+    resumed = [(r["loss"], r["distill"], r["regress"]) for r in _records(tmp_path / "c0")]
+    np.testing.assert_allclose(resumed, runs[0], rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("loss", "single", "message"),
+    [
+        ({"regress_weight": 1.0}, {}, "loss.regress_weight > 0 needs loss.distill_targets"),
+        ({"regress_weight": 1.0, "distill_targets": "t", "regress_loss": "l1"}, {}, "loss.regress_loss must be one of"),
+        ({}, {"share": 1.5}, "single.share must be <= 1"),
+        ({}, {"share": 0.5}, "single.share > 0 needs single.files"),
+        ({}, {"share": 0.5, "files": ["a.jsonl"]}, "single.share > 0 needs loss.distill_targets"),
+        ({"distill_targets": "t"}, {"share": 0.5, "files": ["a.jsonl"]}, "needs loss.distill_weight or loss.regress"),
+    ],
+)
+def test_config_errors_name_the_key(tmp_path, loss, single, message, run_config):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        run_config(tmp_path, None, loss=loss, single=single)
+
+
+def test_missing_targets_fail_before_the_model_loads(tmp_path, tiny_teacher, assets, run_config):
+    root = tmp_path / "targets"
+    build_targets(training_texts([assets / "qa_pairs.jsonl"]), root, str(tiny_teacher), device="cpu", progress=False)
+    cfg = run_config(tmp_path / "run", tmp_path / "no-such-model", loss={
+        "distill_weight": 1.0, "distill_teacher": str(tiny_teacher), "distill_targets": str(root)})  # fmt: skip
+    with pytest.raises(MissingTargetsError, match=r"of the \d+ training texts have no cached target .*teacher-targets"):
+        train(cfg)
+
+
+@pytest.mark.parametrize(
+    ("sections", "message"),
+    [
+        ({"data": {"files": [{"path": "a.jsonl", "share": 1.5}]}}, r"data.files[0].share must be in (0, 1], got 1.5"),
+        ({"single": {"files": [{"path": "a.jsonl", "share": 0.5}]}}, "single.files[0].share: shares apply to data"),
+        (
+            {"data": {"files": [{"path": "a.jsonl", "share": 0.5}], "one_file_per_batch": False}},
+            "needs data.one_file_per_batch=true",
+        ),
+    ],
+)
+def test_file_share_errors_name_the_key(tmp_path, sections, message, run_config):
+    with pytest.raises(ConfigError) as info:
+        run_config(tmp_path, None, **sections)
+    assert message in str(info.value)
+
+
+def test_targets_without_a_teacher_loss_are_not_asked(tmp_path, tiny_folder, tiny_teacher, assets, run_config):
+    root = tmp_path / "targets"  # covers qa_pairs only, not the run's similar.jsonl
+    build_targets(training_texts([assets / "qa_pairs.jsonl"]), root, str(tiny_teacher), device="cpu", progress=False)
+    loss = {"distill_teacher": str(tiny_teacher), "distill_targets": str(root)}
+    train(run_config(tmp_path / "run", tiny_folder, loss=loss, train={"max_steps": 2}))
+    assert [r["distill"] + r["regress"] for r in _records(tmp_path / "run")] == [0, 0]
+
+
+def test_a_run_of_single_text_steps_only_needs_no_contrastive_data(
+    tmp_path, tiny_folder, tiny_teacher, targets, assets, run_config
+):
+    cfg = _config(run_config, tmp_path / "run", tiny_folder, tiny_teacher, targets, assets,
+                  loss={"regress_weight": 1.0}, single={"share": 1.0}, train={"max_steps": 3})  # fmt: skip
+    cfg.data.files = []
+    train(cfg)
+    records = _records(tmp_path / "run")
+    assert [r["objective"] for r in records] == ["single"] * 3 and all(r["distill"] == 0 for r in records)
+    assert records[-1]["regress"] < records[0]["regress"]
