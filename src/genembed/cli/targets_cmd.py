@@ -14,15 +14,15 @@ from typing import Annotated
 
 import typer
 
+from ._common import out_option
+
 
 def teacher_targets(
     files: Annotated[list[Path], typer.Argument(help="contrastive JSONL or texts ({'text'}) files")],
     teacher: Annotated[str, typer.Option("--teacher", help="a teacher name or a sentence-transformers folder")] = (
         "all-mpnet-base-v2"
     ),
-    out: Annotated[
-        Path | None, typer.Option("--out", help="targets root (default <genembed cache>/teacher-targets)")
-    ] = None,
+    out: Annotated[Path | None, out_option("targets root (default <genembed cache>/teacher-targets)")] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="texts per teacher forward")] = 32,
     chunk_size: Annotated[int, typer.Option("--chunk-size", min=1, help="texts per saved chunk")] = 2048,
     device: Annotated[str | None, typer.Option("--device", help="cpu or cuda (default: cuda if available)")] = None,
