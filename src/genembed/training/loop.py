@@ -38,11 +38,11 @@ from .data.streams import ContrastiveStream, GenerativeStream, SingleStream, exp
 from .forward import tokenize_texts
 from .grad_cache import grad_cache_single, grad_cache_step
 from .lora import load_trainable_state, make_trainable, save_trained, trainable_state
-from .losses import EmbeddingDistillation, ICRLoss, InfoNCE, NextTokenLoss, SimilarityDistillation
+from .losses import LossContext, NextTokenLoss, TrainedTerm, build_losses
+from .losses.registry import term_names
 from .metrics import MetricsLog, plot_metrics
 from .objective import Objective
 from .teacher import Teacher
-from .teacher_map import load_teacher_map, save_teacher_map
 from .teacher_targets import TargetStore, targets_root
 
 __all__ = ["TrainResult", "train"]
@@ -123,8 +123,8 @@ def train(
         seconds = time.perf_counter() - t_start
         data = [*(run.contrastive.summary() if run.contrastive else []), *(run.single.summary() if run.single else [])]
         _finish(run.out, cfg, model, run.tokenizer, run.metrics, data, run.world, seconds, run.precision)
-        if objective.regress is not None:
-            save_teacher_map(objective.regress, run.out)
+        for term in trained_terms(objective).values():  # e.g. the teacher map, for a later stage
+            term.save(run.out)
     accelerator.wait_for_everyone()
     if run.world > 1:
         accelerator.end_training()  # tears down the process group (gloo aborts at exit otherwise)
@@ -250,12 +250,14 @@ def _build(cfg: RunConfig, resume: bool) -> tuple[_Run, dict[str, Any] | None]:
         )
     model = trainable_model(cfg, backbone.model, init_from)
     objective = _build_objective(cfg, model, has_generative=generative is not None, targets=targets)
-    if objective.regress is not None and init_from is not None:
-        load_teacher_map(objective.regress, init_from)  # a stage continues the previous stage's map
-    params = [p for p in objective.parameters() if p.requires_grad]  # the model's and the teacher map's
+    terms = trained_terms(objective)
+    for term in terms.values():
+        if init_from is not None:
+            term.load(init_from)  # a stage continues the previous stage's weights (e.g. the teacher map)
+    params = [p for p in objective.parameters() if p.requires_grad]  # the model's and the terms'
     groups: list[dict[str, Any]] = [{"params": [p for p in model.parameters() if p.requires_grad]}]
-    if objective.regress is not None:  # the map starts random: it learns at its own rate
-        groups.append({"params": list(objective.regress.parameters()), "lr": cfg.loss.regress_map_lr})
+    # a term's weights start random: they learn at their own rate
+    groups += [{"params": list(term.parameters()), "lr": term.lr} for term in terms.values()]
     optimizer = torch.optim.AdamW(groups, lr=tc.lr, weight_decay=tc.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(tc.schedule, tc.warmup_steps, tc.max_steps))
     objective, optimizer = accelerator.prepare(objective, optimizer)
@@ -311,9 +313,10 @@ def _resume(run: _Run, saved: dict[str, Any]) -> int:
         run.generative.skip(done["contrastive"] * accum)
     if run.single is not None:
         run.single.skip(done["single"] * accum)
-    regress = run.accelerator.unwrap_model(run.objective).regress
-    if regress is not None:
-        regress.load_state_dict(saved["teacher_map"])
+    # checkpoints written before the loss registry kept the one trained term, the teacher map, apart
+    states = saved.get("terms", {"regress": saved.get("teacher_map")})
+    for name, term in trained_terms(run.accelerator.unwrap_model(run.objective)).items():
+        term.load_state_dict(states[name])
     if run.accelerator.is_main_process:
         run.metrics.truncate(start)
         logger.info("resuming from %s (step %d)", run.checkpoint, start)
@@ -528,27 +531,20 @@ def _load_backbone(cfg: RunConfig) -> Any:
 def _build_objective(
     cfg: RunConfig, model: Any, *, has_generative: bool, targets: TargetStore | None = None
 ) -> Objective:
-    emb, loss = cfg.embedding, cfg.loss
-    settings = emb.settings(checkpoint_chunk=cfg.train.checkpoint_chunk if cfg.train.gradient_checkpointing else 0)
-    if settings.rules.loss == "icr":
-        rep: ICRLoss | InfoNCE = ICRLoss(
-            loss.temperature,
-            loss.reg_weight,
-            loss.reduction,
-            final_step_only=loss.final_step_only,
-            regularizer=loss.regularizer,
-        )
-    else:
-        rep = InfoNCE(loss.temperature)
+    """The objective the config names: the registered losses (training/losses/registry.py) and the
+    generative loss when there is generative data."""
+    settings = cfg.embedding.settings(
+        checkpoint_chunk=cfg.train.checkpoint_chunk if cfg.train.gradient_checkpointing else 0
+    )
+    context = LossContext(model.config.hidden_size, None if targets is None else targets.dimension)
+    rep, terms = build_losses(cfg.loss, settings.rules.loss, context)
     gen = NextTokenLoss(cfg.generative.aggregation) if has_generative else None
-    distill = SimilarityDistillation(loss.temperature, loss.distill_temperature) if loss.distill_weight > 0 else None
-    regress = None
-    if loss.regress_weight > 0:  # validate() made sure targets are configured
-        regress = EmbeddingDistillation(model.config.hidden_size, targets.dimension, loss.regress_loss)
-    return Objective(
-        model, settings, rep, gen, cfg.generative.weight, loss.cross_device_negatives, distill, loss.distill_weight,
-        regress, loss.regress_weight,
-    )  # fmt: skip
+    return Objective(model, settings, rep, gen, cfg.generative.weight, cfg.loss.cross_device_negatives, terms)
+
+
+def trained_terms(objective: Objective) -> dict[str, TrainedTerm]:
+    """The objective's terms that have weights of their own (trained, checkpointed and saved with the model)."""
+    return {name: term for name, term in objective.terms.items() if any(True for _ in term.parameters())}
 
 
 def _schedule(kind: str, warmup: int, total: int) -> Any:
@@ -584,17 +580,20 @@ def _to(batch: Any, device: torch.device) -> Any:
     return type(batch)(*(getattr(batch, f).to(device) for f in ("input_ids", "attention_mask", "labels")))
 
 
+_HEAD = ("loss", "rep", "reg", "gen")
+
+
 def _flatten(sums: dict[str, torch.Tensor]) -> torch.Tensor:
-    """One vector (loss, rep, reg, gen, distill, regress, L_1..L_K): one all-reduce averages every metric."""
-    head = [sums[key] for key in ("loss", "rep", "reg", "gen", "distill", "regress")]
+    """One vector (loss, rep, reg, gen, each registered term, L_1..L_K): one all-reduce averages every metric."""
+    head = [sums[key] for key in (*_HEAD, *term_names())]
     return torch.cat([torch.stack(head), sums["step_losses"]])
 
 
 def _record(step: int, values: torch.Tensor, lr: float, grad_norm: Any, t_step: float) -> dict[str, Any]:
     vals = values.tolist()
-    record: dict[str, Any] = {"step": step, "loss": vals[0], "rep": vals[1], "reg": vals[2], "gen": vals[3]}
-    record |= {"distill": vals[4], "regress": vals[5]}
-    record |= {f"L_{k + 1}": v for k, v in enumerate(vals[6:])}
+    names = (*_HEAD, *term_names())
+    record: dict[str, Any] = {"step": step, **dict(zip(names, vals, strict=False))}
+    record |= {f"L_{k + 1}": v for k, v in enumerate(vals[len(names) :])}
     record |= {"lr": lr, "grad_norm": None if grad_norm is None else float(grad_norm)}
     record["seconds"] = round(time.perf_counter() - t_step, 4)
     return record
@@ -611,9 +610,9 @@ def _checkpoint(run: _Run, step: int) -> None:
             "scheduler": run.scheduler.state_dict(),
             "rng": rng,
         }
-        regress = run.accelerator.unwrap_model(run.objective).regress
-        if regress is not None:
-            state["teacher_map"] = regress.state_dict()
+        terms = trained_terms(run.accelerator.unwrap_model(run.objective))
+        if terms:
+            state["terms"] = {name: term.state_dict() for name, term in terms.items()}
         save_checkpoint(run.out / "checkpoints", step, state, keep=run.cfg.train.keep_checkpoints)
     run.accelerator.wait_for_everyone()
 
