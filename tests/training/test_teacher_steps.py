@@ -144,7 +144,7 @@ def test_grad_cache_and_resumption_reproduce_the_plain_run(
     # both streams and the teacher map exactly where they were
     shutil.rmtree(tmp_path / "c0" / "checkpoints" / "step-0000006")
     assert (tmp_path / "c0" / "checkpoints" / "step-0000004").is_dir()
-    with caplog.at_level(logging.INFO, logger="genembed.training.loop"):
+    with caplog.at_level(logging.INFO, logger="genembed.training"):
         train(cfg_for(0), resume=True)
     assert "(step 4)" in caplog.text
     resumed = [(r["loss"], r["distill"], r["regress"]) for r in _records(tmp_path / "c0")]

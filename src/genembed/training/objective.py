@@ -28,7 +28,7 @@ from .data.generative import GenerativeBatch
 from .distributed import gather_with_grad, rank_and_world
 from .forward import embed_batch, response_logits
 from .losses import NextTokenLoss
-from .losses.registry import ContrastiveLoss, ObjectiveTerm, term_names
+from .losses.registry import ContrastiveLoss, ObjectiveTerm, TrainedTerm, term_names
 
 __all__ = ["Objective", "RepresentationTerms"]
 
@@ -188,6 +188,10 @@ class Objective(nn.Module):
             total = rep
         logged = {name: values.get(name, rep.new_zeros(())) for name in term_names()}
         return RepresentationTerms(total, rep, steps, reg, logged)
+
+    def trained_terms(self) -> dict[str, TrainedTerm]:
+        """The terms with weights of their own (trained, checkpointed and saved with the model)."""
+        return {name: term for name, term in self.terms.items() if any(True for _ in term.parameters())}
 
     def generative_loss(self, generative: GenerativeBatch | None) -> torch.Tensor | None:
         """The next-token loss of a generative batch, or None without a generative loss or batch."""

@@ -6,9 +6,9 @@ The objective is one contrastive loss plus any number of weighted terms on the s
          + sum over the terms whose weight key is > 0 of  weight * term
 
 The ``loss:`` section of the run config is built from this table (:func:`loss_options`), so a loss's
-keys, defaults and checks live in its own module; the training loop builds whatever the config names
-(:func:`build_losses`) and never branches on a loss's name. Adding a loss is one module (the class, its
-``OPTIONS`` and ``from_config``) plus one line in :data:`LOSSES`; see docs/training.md.
+keys, defaults and checks live in its own module; the run set-up (``training/setup.py``) builds what the
+config names (:func:`build_losses`) and never branches on a loss's name. Adding a loss is one module (the
+class, its ``OPTIONS`` and ``from_config``) plus one line in :data:`LOSSES`; see docs/training.md.
 """
 
 from __future__ import annotations
