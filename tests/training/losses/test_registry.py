@@ -96,3 +96,10 @@ def test_a_registered_term_is_built_added_and_logged_without_other_edits(monkeyp
     assert out.terms["norm"].item() == pytest.approx(torch.stack(norms).mean().item(), rel=1e-6)
     assert out.total.item() == pytest.approx(out.rep.item() + 0.25 * out.terms["norm"].item(), rel=1e-6)
     assert set(out.logged()) == {"rep", "step_losses", "reg", "distill", "regress", "norm"}
+
+
+def test_every_method_names_a_registered_contrastive_loss():
+    from genembed.encoders.methods import METHOD_RULES
+    from genembed.training.losses.registry import contrastive_names
+
+    assert {rules.loss for rules in METHOD_RULES.values()} <= set(contrastive_names())

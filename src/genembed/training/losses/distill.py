@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ._rows import mean_over_rows
 from .options import Option
 
 __all__ = ["SimilarityDistillation"]
@@ -86,11 +87,7 @@ class SimilarityDistillation(nn.Module):
         rows: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The mean KL over the distilled queries (a scalar; 0 when ``rows`` selects none)."""
-        kl = self.per_query(queries, documents, teacher_scores, mask)  # (B,)
-        if rows is None:
-            return kl.mean()
-        rows = rows.to(kl.device, torch.bool)
-        return kl.masked_fill(~rows, 0.0).sum() / rows.sum().clamp_min(1)
+        return mean_over_rows(self.per_query(queries, documents, teacher_scores, mask), rows)
 
     forward = loss_from_embeddings
 

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ._rows import mean_over_rows
 from .options import Option
 
 __all__ = ["EMBEDDING_LOSSES", "EmbeddingDistillation"]
@@ -73,11 +74,7 @@ class EmbeddingDistillation(nn.Module):
         self, student: torch.Tensor, teacher: torch.Tensor, rows: torch.Tensor | None = None
     ) -> torch.Tensor:
         """The mean loss over the distilled texts (a scalar; 0 when ``rows`` selects none)."""
-        per = self.per_text(student, teacher)  # (B,)
-        if rows is None:
-            return per.mean()
-        rows = rows.to(per.device, torch.bool)
-        return per.masked_fill(~rows, 0.0).sum() / rows.sum().clamp_min(1)
+        return mean_over_rows(self.per_text(student, teacher), rows)
 
     forward = loss_from_embeddings
 
