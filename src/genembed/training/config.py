@@ -25,7 +25,7 @@ import yaml
 from ..encoders.methods import METHODS, method_rules
 from ..encoders.prompts import PROMPT_FORMATS
 from ..encoders.settings import EmbedSettings
-from .losses.registry import contrastive_names, loss_options
+from .losses.registry import LOSSES, active_terms, contrastive_names, loss_options, term_names
 
 __all__ = [
     "ConfigError",
@@ -356,14 +356,15 @@ def validate(config: RunConfig) -> None:
     fixed = method_rules(config.embedding.method).fixed_attention
     if fixed and config.embedding.attention != "causal":
         raise ConfigError(f"embedding.attention does not apply to {config.embedding.method} (it is always {fixed})")
-    if config.loss.distill_weight > 0:
+    teacher_terms = [name for name in active_terms(config.loss) if LOSSES[name].teacher]
+    if teacher_terms:
         if not config.loss.distill_teacher.strip():
             raise ConfigError(
                 "loss.distill_teacher must name a teacher (all-MiniLM-L6-v2, all-mpnet-base-v2 or a folder), got ''"
             )
         if config.data.files and not any(item.distill for item in config.data.files):
             raise ConfigError(
-                "loss.distill_weight > 0, but every data.files entry has distill: false (nothing to distill)"
+                f"{_weights(teacher_terms)} > 0, but every data.files entry has distill: false (nothing to distill)"
             )
     _validate_teacher_targets(config)
 
@@ -373,9 +374,10 @@ def _validate_teacher_targets(config: RunConfig) -> None:
     loss, single = config.loss, config.single
     if loss.distill_targets is not None and not loss.distill_targets.strip():
         raise ConfigError("loss.distill_targets must be a folder of cached teacher targets or null, got ''")
-    if loss.regress_weight > 0 and loss.distill_targets is None:
+    cached = [name for name in active_terms(loss) if LOSSES[name].teacher == "vectors"]
+    if cached and loss.distill_targets is None:
         raise ConfigError(
-            "loss.regress_weight > 0 needs loss.distill_targets, the teacher's cached vectors "
+            f"{_weights(cached)} > 0 needs loss.distill_targets, the teacher's cached vectors "
             "(build them: genembed teacher-targets FILES --teacher NAME)"
         )
     if single.share > 1:
@@ -385,8 +387,14 @@ def _validate_teacher_targets(config: RunConfig) -> None:
             raise ConfigError("single.share > 0 needs single.files (texts files or contrastive files)")
         if loss.distill_targets is None:
             raise ConfigError("single.share > 0 needs loss.distill_targets (single texts learn from cached targets)")
-        if loss.distill_weight == 0 and loss.regress_weight == 0:
-            raise ConfigError("single.share > 0 needs loss.distill_weight or loss.regress_weight > 0 (its losses)")
+        texts = [name for name in term_names() if LOSSES[name].teacher]  # the terms a single text can take
+        if not set(texts) & set(active_terms(loss)):
+            raise ConfigError(f"single.share > 0 needs {_weights(texts, ' or ')} > 0 (its losses)")
+
+
+def _weights(terms: list[str], joint: str = ", ") -> str:
+    """The weight keys of registered terms, e.g. ``loss.distill_weight or loss.regress_weight``."""
+    return joint.join(f"loss.{LOSSES[name].weight}" for name in terms)
 
 
 def _get(config: Any, dotted: str) -> Any:

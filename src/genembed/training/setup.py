@@ -19,6 +19,7 @@ from .data.sampler import ShareSchedule
 from .data.streams import ContrastiveStream, GenerativeStream, SingleStream, expand_files
 from .lora import make_trainable
 from .losses import LossContext, NextTokenLoss, build_losses
+from .losses.registry import teacher_needs
 from .metrics import MetricsLog
 from .objective import Objective
 from .output import check_output, prepare_output
@@ -56,7 +57,7 @@ class Run:
     generative: GenerativeStream | None
     metrics: MetricsLog
     prompt_format: str
-    teacher: Teacher | None  # scores each batch for similarity distillation (loss.distill_weight > 0)
+    teacher: Teacher | None  # scores each batch for the terms that need its scores (e.g. loss.distill_weight > 0)
     targets: TargetStore | None = None  # the teacher's cached vectors (loss.distill_targets), replacing it
     single: SingleStream | None = None  # single-text batches (single.share > 0)
     plan: list[str] | None = None  # each step's objective, "contrastive" or "single" (single.share)
@@ -142,8 +143,8 @@ def build_run(cfg: RunConfig, resume: bool) -> tuple[Run, dict[str, Any] | None]
     init_from = init_adapter(cfg.lora.init_from)  # a missing adapter fails before the model loads too
     # the teacher too (it is small; or its cached vectors); every process scores the batch whose targets it holds
     targets = _open_targets(cfg, contrastive, single)
-    distills = cfg.loss.distill_weight > 0 and targets is None
-    teacher = Teacher.load(cfg.loss.distill_teacher, accelerator.device) if distills else None
+    scores = "scores" in teacher_needs(cfg.loss) and targets is None  # no cache: the teacher runs each batch
+    teacher = Teacher.load(cfg.loss.distill_teacher, accelerator.device) if scores else None
     set_seed(tc.seed)
     backbone = load_run_backbone(cfg)
     generative = None
@@ -195,7 +196,7 @@ def _open_targets(
     store = TargetStore.open(targets_root(cfg.loss.distill_targets), cfg.loss.distill_teacher)
     queries: list[str] = []
     documents: list[str] = []
-    if contrastive is not None and (cfg.loss.distill_weight > 0 or cfg.loss.regress_weight > 0):
+    if contrastive is not None and teacher_needs(cfg.loss):
         queries = [row.query for rows in contrastive.rows for row in rows]
         documents = [text for rows in contrastive.rows for row in rows for text in (*row.pos, *row.neg)]
     if single is not None:

@@ -12,7 +12,7 @@ import torch
 
 from .forward import tokenize_texts
 from .grad_cache import grad_cache_single, grad_cache_step
-from .losses.registry import term_names
+from .losses.registry import teacher_needs, term_names
 from .setup import Run
 
 __all__ = ["train_step"]
@@ -54,12 +54,12 @@ def train_step(run: Run, step: int) -> dict[str, Any]:
             None if gen_batch is None else _to(gen_batch, device),
         )
         # the teacher scores the queries and documents the labels index: the global batch's when gathered
-        teacher, loss = {}, run.cfg.loss
-        if run.targets is not None and (loss.distill_weight > 0 or loss.regress_weight > 0):
-            teacher = run.targets.batch_inputs(targets, device, vectors=loss.regress_weight > 0)
+        teacher, needs = {}, teacher_needs(run.cfg.loss)
+        if run.targets is not None and needs:
+            teacher = run.targets.batch_inputs(targets, device, vectors="vectors" in needs)
         elif run.teacher is not None:
             teacher = run.teacher.batch_inputs(targets, device)
-        if tc.grad_cache_chunk:  # single process (checked in _build)
+        if tc.grad_cache_chunk:  # single process (checked in build_run)
             terms = grad_cache_step(
                 run.objective,
                 *inputs,

@@ -103,3 +103,18 @@ def test_every_method_names_a_registered_contrastive_loss():
     from genembed.training.losses.registry import contrastive_names
 
     assert {rules.loss for rules in METHOD_RULES.values()} <= set(contrastive_names())
+
+
+@pytest.mark.parametrize(
+    ("loss", "needs"),
+    [
+        ({}, set()),
+        ({"distill_weight": 1.0}, {"scores"}),
+        ({"regress_weight": 1.0, "distill_targets": "t"}, {"vectors"}),
+        ({"distill_weight": 1.0, "regress_weight": 1.0, "distill_targets": "t"}, {"scores", "vectors"}),
+    ],
+)
+def test_the_teacher_inputs_a_batch_carries_follow_the_terms_that_are_on(loss, needs):
+    from genembed.training.losses.registry import teacher_needs
+
+    assert teacher_needs(config_from_dict({"loss": loss}).loss) == needs

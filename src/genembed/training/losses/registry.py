@@ -33,9 +33,11 @@ __all__ = [
     "LossEntry",
     "ObjectiveTerm",
     "TrainedTerm",
+    "active_terms",
     "build_losses",
     "contrastive_names",
     "loss_options",
+    "teacher_needs",
     "term_names",
 ]
 
@@ -110,6 +112,13 @@ class LossEntry:
     weight: str | None = None  # None: a contrastive loss, chosen by loss.name
 
     @property
+    def teacher(self) -> str | None:
+        """What the term needs of the teacher with each batch: ``"scores"`` (its similarities over the
+        batch: the teacher runs, or its cached vectors give them), ``"vectors"`` (its cached vectors of the
+        batch's texts, ``loss.distill_targets``) or None (the class's ``TEACHER``)."""
+        return getattr(self.cls, "TEACHER", None)
+
+    @property
     def options(self) -> tuple[Option, ...]:
         return getattr(self.cls, "OPTIONS", ())
 
@@ -141,6 +150,17 @@ def term_names() -> list[str]:
     return [name for name, entry in LOSSES.items() if entry.weight is not None]
 
 
+def active_terms(config: Any) -> list[str]:
+    """The terms a ``loss:`` section turns on (weight > 0), in registry order."""
+    return [name for name in term_names() if getattr(config, LOSSES[name].weight) > 0]
+
+
+def teacher_needs(config: Any) -> frozenset[str]:
+    """What the terms a ``loss:`` section turns on need of the teacher each batch (see
+    :attr:`LossEntry.teacher`); empty when no term asks the teacher."""
+    return frozenset(LOSSES[name].teacher for name in active_terms(config) if LOSSES[name].teacher)
+
+
 def loss_options() -> list[Option]:
     """Every ``loss.`` key: the shared ones, then each loss's in registry order."""
     options = list(SHARED_OPTIONS)
@@ -170,9 +190,5 @@ def build_losses(
     if name not in contrastive_names():
         raise ValueError(f"loss.name must be one of {contrastive_names()}, got {name!r}")
     contrastive = LOSSES[name].cls.from_config(config, context)
-    terms = {
-        term: LOSSES[term].cls.from_config(config, context)
-        for term in term_names()
-        if getattr(config, LOSSES[term].weight) > 0
-    }
+    terms = {term: LOSSES[term].cls.from_config(config, context) for term in active_terms(config)}
     return contrastive, terms
