@@ -14,7 +14,7 @@ from genembed.encoders.settings import EmbedSettings
 from genembed.training.config import ConfigError, LossConfig, config_from_dict
 from genembed.training.losses import ICRLoss, InfoNCE, LossContext, build_losses
 from genembed.training.losses.options import Option
-from genembed.training.losses.registry import LOSSES, LossEntry, loss_options, term_names
+from genembed.training.losses.registry import LOSSES, LossEntry, loss_options, term_labels, term_names
 from genembed.training.objective import Objective
 
 
@@ -96,6 +96,7 @@ def test_a_registered_term_is_built_added_and_logged_without_other_edits(monkeyp
     assert out.terms["norm"].item() == pytest.approx(torch.stack(norms).mean().item(), rel=1e-6)
     assert out.total.item() == pytest.approx(out.rep.item() + 0.25 * out.terms["norm"].item(), rel=1e-6)
     assert set(out.logged()) == {"rep", "step_losses", "reg", "distill", "regress", "norm"}
+    assert term_labels() == {"distill": "distillation KL", "regress": "embedding distillation", "norm": "norm"}
 
 
 def test_every_method_names_a_registered_contrastive_loss():

@@ -45,6 +45,7 @@ class SimilarityDistillation(nn.Module):
         Option("distill_temperature", float, 0.05, "the teacher's temperature", "positive"),
     )
     weight = 1.0  # its factor in the objective (loss.distill_weight)
+    LABEL = "distillation KL"  # in the metrics plot
     TEACHER = "scores"  # each batch carries the teacher's similarities (registry.LossEntry.teacher)
 
     def __init__(self, temperature: float = 0.02, teacher_temperature: float = 0.05):

@@ -49,6 +49,7 @@ class EmbeddingDistillation(nn.Module):
     )
     weight = 1.0  # its factor in the objective (loss.regress_weight)
     lr = 1e-3  # the map's learning rate (loss.regress_map_lr)
+    LABEL = "embedding distillation"  # in the metrics plot
     TEACHER = "vectors"  # each batch carries the teacher's cached vectors (registry.LossEntry.teacher)
 
     def __init__(self, student_dim: int, teacher_dim: int, kind: str = "cosine"):

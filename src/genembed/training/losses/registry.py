@@ -38,6 +38,7 @@ __all__ = [
     "contrastive_names",
     "loss_options",
     "teacher_needs",
+    "term_labels",
     "term_names",
 ]
 
@@ -148,6 +149,11 @@ def contrastive_names() -> list[str]:
 def term_names() -> list[str]:
     """The weighted terms, in the order they are added (and logged)."""
     return [name for name, entry in LOSSES.items() if entry.weight is not None]
+
+
+def term_labels() -> dict[str, str]:
+    """Each term's name in the metrics plot (the class's ``LABEL``, else its registry name)."""
+    return {name: getattr(LOSSES[name].cls, "LABEL", name) for name in term_names()}
 
 
 def active_terms(config: Any) -> list[str]:
