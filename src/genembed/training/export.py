@@ -40,7 +40,7 @@ def export_checkpoint(run_dir: str | os.PathLike, out: str | os.PathLike, *, ste
         ConfigError: ``run_dir`` holds no run config or no such checkpoint, or ``out`` already exists.
         DamagedFileError: the checkpoint's files do not match what its ``state.json`` recorded.
     """
-    from .loop import _init_adapter, _load_backbone, trainable_model
+    from .setup import init_adapter, load_run_backbone, trainable_model
 
     run_dir, out = Path(run_dir), Path(out)
     if not (run_dir / _CONFIG).is_file():
@@ -50,8 +50,8 @@ def export_checkpoint(run_dir: str | os.PathLike, out: str | os.PathLike, *, ste
         raise ConfigError(f"{out} already exists: choose another --out or delete it")
     cfg = load_config(run_dir / _CONFIG)
     saved = load_checkpoint(checkpoint)  # checked (size, digest) before the model is loaded
-    backbone = _load_backbone(cfg)
-    model = trainable_model(cfg, backbone.model, _init_adapter(cfg.lora.init_from))
+    backbone = load_run_backbone(cfg)
+    model = trainable_model(cfg, backbone.model, init_adapter(cfg.lora.init_from))
     load_trainable_state(model, saved["weights"])
     with atomic_directory(out) as tmp:
         save_trained(model.eval(), backbone.tokenizer, tmp)

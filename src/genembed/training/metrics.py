@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from .._files import DamagedFileError, atomic_write, atomic_write_text
+from .losses.registry import term_labels
 
 __all__ = ["MetricsLog", "plot_metrics"]
 
@@ -68,11 +69,11 @@ def plot_metrics(records: list[dict[str, Any]], path: str | Path) -> Path | None
     steps = [r["step"] for r in records]
     step_keys = sorted((k for k in records[0] if k.startswith("L_")), key=lambda k: int(k[2:]))
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    has_gen = any(r.get("gen") for r in records)
-    has_distill = any(r.get("distill") or r.get("regress") for r in records)
-    terms = [("loss", "total"), ("rep", "representation"), ("gen", "generative"), ("reg", "regulariser")]
-    for key, label in [*terms, ("distill", "distillation KL"), ("regress", "embedding distillation")]:
-        if key == "rep" and not (has_gen or has_distill):  # then the total is the representation loss
+    weighted = term_labels()  # the registered terms, e.g. the distillation KL
+    has_others = any(r.get(key) for r in records for key in ("gen", *weighted))
+    terms = {"loss": "total", "rep": "representation", "gen": "generative", "reg": "regulariser", **weighted}
+    for key, label in terms.items():
+        if key == "rep" and not has_others:  # then the total is the representation loss
             continue
         if any(r.get(key) for r in records):
             values = [r.get(key, 0.0) for r in records]

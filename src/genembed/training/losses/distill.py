@@ -10,9 +10,15 @@ of similarity the teacher does not have).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from ._rows import mean_over_rows
+from .options import Option
 
 __all__ = ["SimilarityDistillation"]
 
@@ -33,6 +39,14 @@ class SimilarityDistillation(nn.Module):
     Reference: Ren et al., "RocketQAv2: A Joint Training Method for Dense Passage Retrieval and Passage
     Re-ranking" (EMNLP 2021), listwise distillation of a teacher's scores over the in-batch candidates.
     """
+
+    OPTIONS = (
+        Option("distill_weight", float, 0.0, "> 0: add this times the KL to the teacher", "non_negative"),
+        Option("distill_temperature", float, 0.05, "the teacher's temperature", "positive"),
+    )
+    weight = 1.0  # its factor in the objective (loss.distill_weight)
+    LABEL = "distillation KL"  # in the metrics plot
+    TEACHER = "scores"  # each batch carries the teacher's similarities (registry.LossEntry.teacher)
 
     def __init__(self, temperature: float = 0.02, teacher_temperature: float = 0.05):
         super().__init__()
@@ -75,10 +89,30 @@ class SimilarityDistillation(nn.Module):
         rows: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The mean KL over the distilled queries (a scalar; 0 when ``rows`` selects none)."""
-        kl = self.per_query(queries, documents, teacher_scores, mask)  # (B,)
-        if rows is None:
-            return kl.mean()
-        rows = rows.to(kl.device, torch.bool)
-        return kl.masked_fill(~rows, 0.0).sum() / rows.sum().clamp_min(1)
+        return mean_over_rows(self.per_query(queries, documents, teacher_scores, mask), rows)
 
     forward = loss_from_embeddings
+
+    @classmethod
+    def from_config(cls, config: Any, context: Any) -> SimilarityDistillation:
+        """The term a ``loss:`` config section describes (see :mod:`.registry`)."""
+        term = cls(config.temperature, config.distill_temperature)
+        term.weight = config.distill_weight
+        return term
+
+    def on_pairs(
+        self, queries: torch.Tensor, documents: torch.Tensor, mask: torch.Tensor | None, teacher: Mapping[str, Any]
+    ) -> torch.Tensor:
+        """The KL over a contrastive batch's documents, with the teacher's ``teacher_scores`` ``(B, N)``
+        (and ``distill_rows``, the distilled queries)."""
+        if teacher.get("teacher_scores") is None:
+            raise ValueError("this objective distills from a teacher: pass teacher_scores with every batch")
+        return self(queries, documents, teacher["teacher_scores"], mask, teacher.get("distill_rows"))
+
+    def on_texts(self, texts: torch.Tensor, teacher_texts: torch.Tensor) -> torch.Tensor:
+        """The KL over single texts' texts x texts similarities (each text's own entry masked), the teacher's
+        being the cosines of its vectors ``(B, T)``."""
+        target = F.normalize(teacher_texts.float(), dim=-1)
+        scores = target @ target.T  # (B, B) the teacher's cosines
+        own = torch.eye(len(texts), dtype=torch.bool, device=texts.device)
+        return self(texts, texts, scores, own)

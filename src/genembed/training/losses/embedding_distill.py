@@ -8,9 +8,16 @@ the trained adapter (to continue a later stage) but is never part of the exporte
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from ._rows import mean_over_rows
+from .options import Option
 
 __all__ = ["EMBEDDING_LOSSES", "EmbeddingDistillation"]
 
@@ -34,6 +41,16 @@ class EmbeddingDistillation(nn.Module):
     states; Jiao et al., "TinyBERT" (EMNLP 2020), a learned linear map between the student's and the
     teacher's widths.
     """
+
+    OPTIONS = (
+        Option("regress_weight", float, 0.0, "> 0: add this times the distance to the teacher", "non_negative"),
+        Option("regress_loss", str, "cosine", "the distance: 1 - cos, or the squared distance", EMBEDDING_LOSSES),
+        Option("regress_map_lr", float, 1e-3, "the map's learning rate (it starts random)", "non_negative"),
+    )
+    weight = 1.0  # its factor in the objective (loss.regress_weight)
+    lr = 1e-3  # the map's learning rate (loss.regress_map_lr)
+    LABEL = "embedding distillation"  # in the metrics plot
+    TEACHER = "vectors"  # each batch carries the teacher's cached vectors (registry.LossEntry.teacher)
 
     def __init__(self, student_dim: int, teacher_dim: int, kind: str = "cosine"):
         super().__init__()
@@ -59,10 +76,46 @@ class EmbeddingDistillation(nn.Module):
         self, student: torch.Tensor, teacher: torch.Tensor, rows: torch.Tensor | None = None
     ) -> torch.Tensor:
         """The mean loss over the distilled texts (a scalar; 0 when ``rows`` selects none)."""
-        per = self.per_text(student, teacher)  # (B,)
-        if rows is None:
-            return per.mean()
-        rows = rows.to(per.device, torch.bool)
-        return per.masked_fill(~rows, 0.0).sum() / rows.sum().clamp_min(1)
+        return mean_over_rows(self.per_text(student, teacher), rows)
 
     forward = loss_from_embeddings
+
+    @classmethod
+    def from_config(cls, config: Any, context: Any) -> EmbeddingDistillation:
+        """The term a ``loss:`` config section describes (see :mod:`.registry`); it needs the cached
+        teacher vectors (loss.distill_targets), whose width the map's output takes."""
+        if context.teacher_dimension is None:
+            raise ValueError("loss.regress_weight > 0 needs loss.distill_targets, the teacher's cached vectors")
+        term = cls(context.hidden_size, context.teacher_dimension, config.regress_loss)
+        term.weight, term.lr = config.regress_weight, config.regress_map_lr
+        return term
+
+    def on_pairs(
+        self, queries: torch.Tensor, documents: torch.Tensor, mask: torch.Tensor | None, teacher: Mapping[str, Any]
+    ) -> torch.Tensor:
+        """The regression of a contrastive batch's queries and documents on the teacher's vectors
+        ``teacher_queries`` ``(B, T)`` and ``teacher_documents`` ``(N, T)`` (over ``distill_rows`` and
+        ``document_rows``, the distilled ones)."""
+        if teacher.get("teacher_queries") is None or teacher.get("teacher_documents") is None:
+            raise ValueError("this objective regresses on the teacher's vectors: pass teacher_queries/documents")
+        targets = torch.cat([teacher["teacher_queries"], teacher["teacher_documents"]])  # (B + N, T)
+        rows = None
+        if teacher.get("distill_rows") is not None and teacher.get("document_rows") is not None:
+            rows = torch.cat([teacher["distill_rows"], teacher["document_rows"]])
+        return self(torch.cat([queries, documents]), targets, rows)  # (B + N, D) against (B + N, T)
+
+    def on_texts(self, texts: torch.Tensor, teacher_texts: torch.Tensor) -> torch.Tensor:
+        """The regression of single texts ``(B, D)`` on the teacher's vectors ``(B, T)``."""
+        return self(texts, teacher_texts)
+
+    def save(self, folder: Path) -> None:
+        """Write the map beside the trained adapter (``teacher_map.safetensors``)."""
+        from ..teacher_map import save_teacher_map
+
+        save_teacher_map(self, folder)
+
+    def load(self, folder: Path) -> bool:
+        """Continue the map a previous stage saved in ``folder``; return whether there was one."""
+        from ..teacher_map import load_teacher_map
+
+        return load_teacher_map(self, folder)

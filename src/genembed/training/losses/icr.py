@@ -16,25 +16,17 @@ Reference: GIRCSE, "Generative Iterative Refinement for Contrastive Sentence Emb
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
-from .info_nce import InfoNCE
+from .info_nce import ContrastiveTerms, InfoNCE
+from .options import Option
 
-__all__ = ["ICRLoss", "ICRTerms"]
+__all__ = ["ICRLoss"]
 
 _EPS = 1e-12
-
-
-@dataclass
-class ICRTerms:
-    """``total`` (scalar), ``step_losses`` ``(K,)`` = L_1..L_K and ``reg`` (scalar, before lambda)."""
-
-    total: torch.Tensor
-    step_losses: torch.Tensor
-    reg: torch.Tensor
 
 
 class ICRLoss(nn.Module):
@@ -50,6 +42,13 @@ class ICRLoss(nn.Module):
 
     Reference: GIRCSE, "Generative Iterative Refinement for Contrastive Sentence Embeddings".
     """
+
+    OPTIONS = (
+        Option("reg_weight", float, 1.0, "lambda, weight of the ICR refinement regulariser", check="non_negative"),
+        Option("reduction", str, "mean", "mean or sum of the K stepwise losses", check=("mean", "sum")),
+        Option("final_step_only", bool, False, "experiment switch (paper ablation): train only z_K"),
+        Option("regularizer", bool, True, "experiment switch (paper ablation): False drops the regulariser"),
+    )
 
     def __init__(
         self,
@@ -77,7 +76,7 @@ class ICRLoss(nn.Module):
         documents: torch.Tensor,
         labels: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
-    ) -> ICRTerms:
+    ) -> ContrastiveTerms:
         """Every term of the loss (for logging), computed once."""
         if queries.dim() != 3 or documents.dim() != 3 or queries.shape[1] != documents.shape[1]:
             raise ValueError(
@@ -97,7 +96,7 @@ class ICRLoss(nn.Module):
         else:
             reg = step_losses.new_zeros(())
         total = main + self.reg_weight * reg if self.regularizer else main
-        return ICRTerms(total=total, step_losses=step_losses, reg=reg)
+        return ContrastiveTerms(total=total, step_losses=step_losses, reg=reg)
 
     def loss_from_embeddings(
         self,
@@ -110,3 +109,18 @@ class ICRLoss(nn.Module):
         return self.terms(queries, documents, labels, mask).total
 
     forward = loss_from_embeddings
+
+    @classmethod
+    def from_config(cls, config: Any, context: Any) -> ICRLoss:
+        """The loss a ``loss:`` config section describes (see :mod:`.registry`)."""
+        return cls(
+            config.temperature,
+            config.reg_weight,
+            config.reduction,
+            final_step_only=config.final_step_only,
+            regularizer=config.regularizer,
+        )
+
+    def trained_steps(self, steps: int) -> list[int]:
+        """Every step, or the last with ``final_step_only``."""
+        return [steps - 1] if self.final_step_only else list(range(steps))

@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["InfoNCE", "default_labels"]
+__all__ = ["ContrastiveTerms", "InfoNCE", "default_labels"]
+
+
+@dataclass
+class ContrastiveTerms:
+    """A contrastive loss's ``total`` (scalar), ``step_losses`` ``(K,)`` = L_1..L_K and ``reg`` (scalar,
+    before its weight; 0 without a regulariser)."""
+
+    total: torch.Tensor
+    step_losses: torch.Tensor
+    reg: torch.Tensor
 
 
 def default_labels(num_queries: int, num_documents: int, device: torch.device | None = None) -> torch.Tensor:
@@ -36,6 +49,8 @@ class InfoNCE(nn.Module):
     Reference: van den Oord et al., "Representation Learning with Contrastive Predictive Coding" (2018).
     """
 
+    OPTIONS = ()  # loss.temperature is shared by every loss
+
     def __init__(self, temperature: float = 0.02):
         super().__init__()
         if temperature <= 0:
@@ -63,3 +78,23 @@ class InfoNCE(nn.Module):
         return F.cross_entropy(self.scores(queries, documents, mask), labels)
 
     forward = loss_from_embeddings
+
+    @classmethod
+    def from_config(cls, config: Any, context: Any) -> InfoNCE:
+        """The loss a ``loss:`` config section describes (see :mod:`.registry`)."""
+        return cls(config.temperature)
+
+    def terms(
+        self,
+        queries: torch.Tensor,
+        documents: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+    ) -> ContrastiveTerms:
+        """The objective's view: InfoNCE on the last step of ``(B, K, D)`` and ``(N, K, D)`` embeddings."""
+        loss = self(queries[:, -1], documents[:, -1], labels, mask)
+        return ContrastiveTerms(loss, loss[None], loss.new_zeros(()))
+
+    def trained_steps(self, steps: int) -> list[int]:
+        """Only the last step is trained."""
+        return [steps - 1]

@@ -1,0 +1,281 @@
+"""Run set-up: the process group, the data streams, the teacher, the model, the objective and its
+optimizer, read from a config into one :class:`Run` that the steps share."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .checkpoint import load_checkpoint
+from .config import ConfigError, RunConfig
+from .data.sampler import ShareSchedule
+from .data.streams import ContrastiveStream, GenerativeStream, SingleStream, expand_files
+from .lora import make_trainable
+from .losses import LossContext, NextTokenLoss, build_losses
+from .losses.registry import teacher_needs
+from .metrics import MetricsLog
+from .objective import Objective
+from .output import check_output, prepare_output
+from .teacher import Teacher
+from .teacher_targets import TargetStore, targets_root
+
+__all__ = [
+    "Run",
+    "build_objective",
+    "build_run",
+    "init_adapter",
+    "load_run_backbone",
+    "trainable_model",
+    "training_precision",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Run:
+    """What the steps of one run share: the process group, the model and its optimizer, the data."""
+
+    cfg: RunConfig
+    accelerator: Any
+    out: Path
+    checkpoint: Path | None  # the checkpoint resumed from
+    tokenizer: Any
+    model: Any  # the trainable model (a peft model for LoRA)
+    objective: Any  # the Objective as prepared by accelerate (DDP-wrapped with several processes)
+    optimizer: Any
+    scheduler: Any
+    params: list[torch.nn.Parameter]
+    contrastive: ContrastiveStream | None  # None when every step is a single-text step
+    generative: GenerativeStream | None
+    metrics: MetricsLog
+    prompt_format: str
+    teacher: Teacher | None  # scores each batch for the terms that need its scores (e.g. loss.distill_weight > 0)
+    targets: TargetStore | None = None  # the teacher's cached vectors (loss.distill_targets), replacing it
+    single: SingleStream | None = None  # single-text batches (single.share > 0)
+    plan: list[str] | None = None  # each step's objective, "contrastive" or "single" (single.share)
+
+    def source(self, step: int) -> str:
+        """The objective of step ``step`` (1-based)."""
+        return self.plan[step - 1] if self.plan else "contrastive"
+
+    @property
+    def rank(self) -> int:
+        return self.accelerator.process_index
+
+    @property
+    def world(self) -> int:
+        return self.accelerator.num_processes
+
+    @functools.cached_property
+    def precision(self) -> str:
+        """The precision the steps run in: ``train.precision`` with ``auto`` resolved for this device (once:
+        every forward asks, through :meth:`autocast`)."""
+        return training_precision(self.cfg.train.precision, self.accelerator.device)
+
+    def autocast(self) -> Any:
+        device = self.accelerator.device
+        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16")
+
+
+def training_precision(precision: str, device: Any) -> str:
+    """``train.precision`` as run on ``device``: ``auto`` is ``bf16`` where the device computes bfloat16
+    natively (:func:`genembed.backbone.loading.default_dtype`), else ``fp32``; ``fp32``/``bf16`` as given."""
+    if precision != "auto":
+        return precision
+    from ..backbone.loading import default_dtype
+
+    return "bf16" if default_dtype(str(device)) == "bfloat16" else "fp32"
+
+
+def _warn_if_slow_bf16(precision: str, device: Any) -> None:
+    """bf16 autocast on a device without native bf16 (a CPU without AVX512-BF16 or AMX) emulates every
+    matmul: a step measured 15-20x slower than in fp32 on an AVX2-only CPU."""
+    if precision == "bf16" and training_precision("auto", device) != "bf16":
+        logger.warning(
+            "train.precision=bf16 on %s, which does not compute bfloat16 natively: steps run many times slower "
+            "than in fp32; set train.precision to auto (bf16 only where it is native) or fp32",
+            device,
+        )
+
+
+def build_run(cfg: RunConfig, resume: bool) -> tuple[Run, dict[str, Any] | None]:
+    """Check the output folder, read the data and the checkpoint, load the model: a run ready to step.
+
+    Returns the run and the checkpoint's state to resume from (None for a fresh start).
+    """
+    from accelerate import Accelerator
+    from accelerate.utils import set_seed
+
+    tc = cfg.train
+    # bf16 autocast is applied around the forward rather than through accelerate's process-wide
+    # mixed-precision state, so that successive train() calls in one process may differ in precision
+    accelerator = Accelerator(cpu=not torch.cuda.is_available())
+    world, main = accelerator.num_processes, accelerator.is_main_process
+    _warn_if_single_process_launch(world)
+    _warn_if_slow_bf16(tc.precision, accelerator.device)
+    if tc.grad_cache_chunk and world > 1:
+        raise ConfigError("train.grad_cache_chunk works in a single process; set it to 0 for a multi-process run")
+    if tc.threads:
+        torch.set_num_threads(tc.threads)
+    out = Path(tc.output_dir)
+    checkpoint = check_output(out, cfg, resume)  # every process checks, so all fail alike
+    # read (and check) the checkpoint before anything is loaded or the folder is touched
+    saved = load_checkpoint(checkpoint) if checkpoint is not None else None
+    accelerator.wait_for_everyone()  # before the main process writes into the folder
+    if main:
+        prepare_output(out, cfg, resume, checkpoint)
+    accelerator.wait_for_everyone()
+
+    # data first: a bad file fails in seconds, before a model is loaded
+    share = cfg.single.share
+    contrastive = ContrastiveStream.from_config(cfg, world) if share < 1 else None
+    single = None
+    if share > 0:
+        single = SingleStream(expand_files(cfg.single.files), batch_size=cfg.single.batch_size * world, seed=tc.seed)
+    init_from = init_adapter(cfg.lora.init_from)  # a missing adapter fails before the model loads too
+    # the teacher too (it is small; or its cached vectors); every process scores the batch whose targets it holds
+    targets = _open_targets(cfg, contrastive, single)
+    scores = "scores" in teacher_needs(cfg.loss) and targets is None  # no cache: the teacher runs each batch
+    teacher = Teacher.load(cfg.loss.distill_teacher, accelerator.device) if scores else None
+    set_seed(tc.seed)
+    backbone = load_run_backbone(cfg)
+    generative = None
+    if cfg.generative.files:
+        generative = GenerativeStream(
+            expand_files(cfg.generative.files),
+            batch_size=cfg.generative.batch_size * world,
+            seed=tc.seed,
+            tokenizer=backbone.tokenizer,
+            max_length=cfg.generative.max_length,
+        )
+    model = trainable_model(cfg, backbone.model, init_from)
+    objective = build_objective(cfg, model, has_generative=generative is not None, targets=targets)
+    terms = objective.trained_terms()
+    for term in terms.values():
+        if init_from is not None:
+            term.load(init_from)  # a stage continues the previous stage's weights (e.g. the teacher map)
+    params = [p for p in objective.parameters() if p.requires_grad]  # the model's and the terms'
+    groups: list[dict[str, Any]] = [{"params": [p for p in model.parameters() if p.requires_grad]}]
+    # a term's weights start random: they learn at their own rate
+    groups += [{"params": list(term.parameters()), "lr": term.lr} for term in terms.values()]
+    optimizer = torch.optim.AdamW(groups, lr=tc.lr, weight_decay=tc.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(tc.schedule, tc.warmup_steps, tc.max_steps))
+    objective, optimizer = accelerator.prepare(objective, optimizer)
+    prompt_format = cfg.embedding.settings().prompt_format
+    run = Run(
+        cfg, accelerator, out, checkpoint, backbone.tokenizer, model, objective, optimizer, scheduler, params,
+        contrastive, generative, MetricsLog(out / "metrics.jsonl"), prompt_format, teacher, targets, single,
+        _objective_plan(share, tc.max_steps),
+    )  # fmt: skip
+    return run, saved
+
+
+def _objective_plan(single_share: float, steps: int) -> list[str] | None:
+    """Each step's objective with ``single.share`` of single-text steps (None: every step contrastive)."""
+    if single_share == 0:
+        return None
+    shares = {"contrastive": 1 - single_share, "single": single_share}
+    return ShareSchedule({name: share for name, share in shares.items() if share > 0}).plan(steps)
+
+
+def _open_targets(
+    cfg: RunConfig, contrastive: ContrastiveStream | None, single: SingleStream | None
+) -> TargetStore | None:
+    """The teacher's cached vectors (``loss.distill_targets``), checked to cover every text the run's losses
+    ask the teacher about, so a missing one fails now rather than hours into the run."""
+    if cfg.loss.distill_targets is None:
+        return None
+    store = TargetStore.open(targets_root(cfg.loss.distill_targets), cfg.loss.distill_teacher)
+    queries: list[str] = []
+    documents: list[str] = []
+    if contrastive is not None and teacher_needs(cfg.loss):
+        queries = [row.query for rows in contrastive.rows for row in rows]
+        documents = [text for rows in contrastive.rows for row in rows for text in (*row.pos, *row.neg)]
+    if single is not None:
+        documents += [text for file in single.texts for text in file]
+    store.check_covers(queries, documents)
+    return store
+
+
+def _warn_if_single_process_launch(world: int) -> None:
+    # `accelerate launch --num_processes N` without --multi_gpu starts ONE process on a machine without GPUs
+    if world == 1 and "ACCELERATE_MIXED_PRECISION" in os.environ and "MASTER_ADDR" in os.environ:
+        logger.warning(
+            "accelerate started a single process; on CPU pass --multi_gpu to `accelerate launch` to start "
+            "--num_processes processes (it selects the torchrun launcher; the gloo backend is used)"
+        )
+
+
+def trainable_model(cfg: RunConfig, model: Any, init_from: Path | None) -> Any:
+    """``model`` made trainable as ``cfg.lora`` says: a fresh LoRA adapter, the adapter in ``init_from``
+    continued, or every weight (the names a checkpoint's weights are stored under)."""
+    lora = cfg.lora
+    return make_trainable(
+        model,
+        lora=lora.enabled,
+        init_from=init_from,
+        r=lora.r,
+        alpha=lora.alpha,
+        dropout=lora.dropout,
+        target_modules=lora.target_modules,
+    )
+
+
+def init_adapter(init_from: str | None) -> Path | None:
+    """The adapter folder training starts from (checked): ``"default"`` is the adapter shipped with genembed."""
+    from ..adapter_loading import adapter_folder, default_adapter
+
+    if init_from is None:
+        return None
+    if init_from != "default":
+        return adapter_folder(init_from, "lora.init_from:")
+    folder = default_adapter()
+    if folder is None:
+        raise ConfigError("lora.init_from=default, but this install ships no default adapter")
+    return folder
+
+
+def load_run_backbone(cfg: RunConfig) -> Any:
+    if cfg.model.name == "tiny":
+        from ..backbone.tiny import tiny_backbone
+
+        return tiny_backbone(seed=cfg.model.tiny_seed)
+    from ..backbone.loading import load_backbone
+
+    return load_backbone(cfg.model.name, dtype=cfg.model.dtype)
+
+
+def build_objective(
+    cfg: RunConfig, model: Any, *, has_generative: bool, targets: TargetStore | None = None
+) -> Objective:
+    """The objective the config names: the registered losses (training/losses/registry.py) and the
+    generative loss when there is generative data."""
+    settings = cfg.embedding.settings(
+        checkpoint_chunk=cfg.train.checkpoint_chunk if cfg.train.gradient_checkpointing else 0
+    )
+    context = LossContext(model.config.hidden_size, None if targets is None else targets.dimension)
+    rep, terms = build_losses(cfg.loss, settings.rules.loss, context)
+    gen = NextTokenLoss(cfg.generative.aggregation) if has_generative else None
+    return Objective(model, settings, rep, gen, cfg.generative.weight, cfg.loss.cross_device_negatives, terms)
+
+
+def _schedule(kind: str, warmup: int, total: int) -> Any:
+    """Learning-rate factor for the step about to run (0-based): linear warmup, then constant/linear/cosine."""
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        if kind == "constant":
+            return 1.0
+        progress = (step - warmup) / max(1, total - warmup)
+        return max(0.0, 1.0 - progress) if kind == "linear" else 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+    return factor
