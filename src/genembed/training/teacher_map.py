@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .._files import atomic_write, read_safetensors
-from .losses import EmbeddingDistillation
+
+if TYPE_CHECKING:  # the loss saves and loads itself through this module
+    from .losses.embedding_distill import EmbeddingDistillation
 
 __all__ = ["MAP_FILE", "load_teacher_map", "save_teacher_map"]
 
