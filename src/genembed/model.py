@@ -16,7 +16,7 @@ from .backbone.loading import Backbone
 from .encoders.embedder import encode_texts, to_output, validate_texts
 from .encoders.inspect_tokens import SoftTokenStep, inspect_soft_tokens
 from .encoders.instructions import DEFAULT_QUERY_INSTRUCTION, check_prompts, default_prompts, resolve_instruction
-from .encoders.methods import DEFAULT_METHOD, SOFT_TOKEN_METHOD, method_rules
+from .encoders.methods import DEFAULT_MAX_STEPS, DEFAULT_METHOD, DEFAULT_STEPS, SOFT_TOKEN_METHOD, method_rules
 from .encoders.quantize import check_precision
 from .encoders.settings import EmbedSettings
 from .encoders.similarity import check_similarity_fn
@@ -63,7 +63,7 @@ class GenerativeEmbedder:
         adapter: str | None = None,
         center: bool = False,
         method: str = DEFAULT_METHOD,
-        steps: int | str = 5,
+        steps: int | str = DEFAULT_STEPS,
         attention: str | None = None,
         prompt_format: str | None = None,
         prompts: dict[str, str | None] | None = None,
@@ -170,7 +170,7 @@ class GenerativeEmbedder:
         truncate_dim: int | None = None,
         device: str | None = None,
         return_all_steps: bool = False,
-        max_steps: int = 20,
+        max_steps: int = DEFAULT_MAX_STEPS,
         stop_tol: float = 0.999,
         return_steps_used: bool = False,
         center: bool | None = None,
@@ -209,12 +209,12 @@ class GenerativeEmbedder:
             device: move the model to this device first (``"auto"``, ``"cpu"``, ``"cuda:0"``, ...); it stays there.
             return_all_steps: GIRCSE only: ``(n, K, dim)`` holding ``z_1..z_K`` from one run.
             return_steps_used: with ``steps="auto"``, also return the steps each text used.
-            center: subtract the instruction's centre, the mean embedding of the bundled calibration
+            center: subtract the instruction's center, the mean embedding of the bundled calibration
                 texts made with the same instruction and settings (:mod:`genembed.encoders.centering`:
                 stored with the model for its named instructions, else cached in memory and on disk,
                 else computed by encoding those 64 texts once). None: ``model.center``
                 (on for the shipped adapter). With ``normalize=False`` the result is
-                ``normalize(z) - centre``.
+                ``normalize(z) - center``.
 
         Returns:
             ``(n, dim)`` embeddings (``(dim,)`` for one string), or ``(embeddings, steps_used)``.
@@ -271,10 +271,10 @@ class GenerativeEmbedder:
             show_progress_bar=show_progress_bar,
         )
         if self.center if center is None else center:
-            from .encoders.centering import apply_centre, centre
+            from .encoders.centering import apply_center, instruction_center
 
-            shift = centre(self.backbone, options, instruction, all_steps=return_all_steps)
-            embeddings = apply_centre(embeddings, shift)
+            shift = instruction_center(self.backbone, options, instruction, all_steps=return_all_steps)
+            embeddings = apply_center(embeddings, shift)
         convert_to_numpy = convert_to_numpy and not convert_to_tensor
         out = to_output(
             embeddings,
@@ -371,7 +371,7 @@ class GenerativeEmbedder:
 
         Writes the LoRA adapter (when there is one) with its training config, ``genembed.json``
         (method, steps, tau, prompt format, centering, prompts, backbone), a model card (``README.md``)
-        and, with centering on, ``centres.safetensors`` (the named instructions' centres, computed now
+        and, with centering on, ``centers.safetensors`` (the named instructions' centers, computed now
         if not yet known), atomically, with no absolute path of this machine; see :mod:`genembed.saving`.
 
         Args:
@@ -508,8 +508,8 @@ class GenerativeEmbedder:
         )
 
     def __repr__(self) -> str:
-        centred = ", center=True" if self.center else ""
-        return f"GenerativeEmbedder({self.name!r}, dim={self.dim}, device={self.device}{centred})"
+        centered = ", center=True" if self.center else ""
+        return f"GenerativeEmbedder({self.name!r}, dim={self.dim}, device={self.device}{centered})"
 
 
 def _one_flag(name: str, value: bool | None, alias: str, alias_value: bool | None, *, default: bool) -> bool:

@@ -54,7 +54,7 @@ CenterOpt = Annotated[
     bool | None,
     typer.Option(
         "--center/--no-center",
-        help="subtract each instruction's centre from the embeddings (default: the model's own; on with the "
+        help="subtract each instruction's center from the embeddings (default: the model's own; on with the "
         "shipped adapter)",
     ),
 ]

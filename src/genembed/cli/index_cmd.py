@@ -166,10 +166,10 @@ def add(
     except IndexLoadError as exc:
         _fail(str(exc))
     ref = manifest.get("model", {}).get("ref", {})
-    built_centred = bool(manifest.get("embed", {}).get("center"))
-    if center is not None and center != built_centred:  # one index holds one kind of vector
+    built_centered = bool(manifest.get("embed", {}).get("center"))
+    if center is not None and center != built_centered:  # one index holds one kind of vector
         _fail(
-            f"{index_dir} was built {'with' if built_centred else 'without'} centering and adds the same way: "
+            f"{index_dir} was built {'with' if built_centered else 'without'} centering and adds the same way: "
             f"drop --{'' if center else 'no-'}center, or build a new index"
         )
     loaded = load_index_model(ref, model, adapter, generator, dtype, device)

@@ -44,7 +44,7 @@ from .._files import (
     remove_temp_files,
     require_field,
 )
-from .centering import apply_centre, centre
+from .centering import apply_center, instruction_center
 from .embedder import encode_texts
 from .settings import EMBEDDING_FIELDS, EmbedSettings
 
@@ -167,7 +167,7 @@ def encode_corpus(
         options: how to encode (:meth:`EmbedSettings.build`).
         instruction: the instruction for every record ("" for none, as documents usually are).
         normalize: L2-normalize the embeddings.
-        center: subtract the instruction's centre (:mod:`genembed.encoders.centering`), as
+        center: subtract the instruction's center (:mod:`genembed.encoders.centering`), as
             :meth:`genembed.GenerativeEmbedder.encode` does for a model with ``center=True``.
         shard_size: records per shard; also the granularity of resuming and of data parallelism.
         text_field, id_field, title_field: record fields (``title_field`` None to ignore titles).
@@ -268,7 +268,7 @@ def _encode_shards(
             ids, texts = _take_shard(records, shard, shard_size)
             embeddings, _ = encode_texts(backbone, texts, options, instruction=instruction, show_progress_bar=False)
             if center:
-                embeddings = apply_centre(embeddings, centre(backbone, options, instruction))
+                embeddings = apply_center(embeddings, instruction_center(backbone, options, instruction))
             if normalize and embeddings.numel():
                 embeddings = torch.nn.functional.normalize(embeddings, dim=-1)
             npy, ids_path = _shard_paths(out_dir, shard)

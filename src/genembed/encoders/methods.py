@@ -21,7 +21,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_METHOD", "METHODS", "METHOD_RULES", "SOFT_TOKEN_METHOD", "MethodRules", "method_rules"]
+__all__ = [
+    "DEFAULT_MAX_STEPS",
+    "DEFAULT_METHOD",
+    "DEFAULT_STEPS",
+    "METHODS",
+    "METHOD_RULES",
+    "SOFT_TOKEN_METHOD",
+    "MethodRules",
+    "method_rules",
+]
 
 
 @dataclass(frozen=True)
@@ -66,6 +75,8 @@ METHOD_RULES: dict[str, MethodRules] = {
 }
 METHODS = tuple(METHOD_RULES)
 DEFAULT_METHOD = METHODS[0]  # gircse, what the shipped adapter was trained for
+DEFAULT_STEPS = 5  # soft tokens K when none are asked for (what the shipped adapter was trained with)
+DEFAULT_MAX_STEPS = 20  # adaptive steps (``steps="auto"``) stop at this K; the server's highest K
 
 
 def method_rules(method: str) -> MethodRules:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..encoders.methods import DEFAULT_METHOD, SOFT_TOKEN_METHOD, method_rules
+from ..encoders.methods import DEFAULT_METHOD, DEFAULT_STEPS, SOFT_TOKEN_METHOD, method_rules
 from ..encoders.settings import EmbedSettings
 from ._fingerprint import code_fingerprint, digest, folder_fingerprint, tensors_fingerprint
 
@@ -44,7 +44,7 @@ class GenembedEncoder:
         attention, prompt_format, max_length, batch_size: as in :meth:`GenerativeEmbedder.encode`.
         center: per-instruction centering (:mod:`genembed.encoders.centering`); None: the model's
             default (``model.center``). The cache keeps raw embeddings either way;
-            :class:`~genembed.eval.encoding.TextEmbedder` centres them with :meth:`centre_for`.
+            :class:`~genembed.eval.encoding.TextEmbedder` centers them with :meth:`center_for`.
     """
 
     def __init__(
@@ -63,7 +63,7 @@ class GenembedEncoder:
         self.center = bool(getattr(model, "center", False)) if center is None else center
         if not method_rules(method).uses_steps and steps is not None:
             raise ValueError(f"steps apply only to method {SOFT_TOKEN_METHOD!r}, not {method!r}")
-        self.steps = parse_steps(5 if steps is None else steps)
+        self.steps = parse_steps(DEFAULT_STEPS if steps is None else steps)
         # validates every setting and resolves the defaults (prompt format, attention) once
         self.options = EmbedSettings.build(
             method=method,
@@ -79,7 +79,7 @@ class GenembedEncoder:
     @property
     def name(self) -> str:
         o = self.options
-        return f"{self.model.name} {o.method} {o.attention} {o.prompt_format}" + (" centred" if self.center else "")
+        return f"{self.model.name} {o.method} {o.attention} {o.prompt_format}" + (" centered" if self.center else "")
 
     def settings(self) -> dict[str, Any]:
         """The encoding settings, for reports."""
@@ -137,11 +137,11 @@ class GenembedEncoder:
             batch_size=o.batch_size,
             show_progress_bar=False,
             return_all_steps=all_steps,
-            center=False,  # raw embeddings for the cache; centre_for gives the shift
+            center=False,  # raw embeddings for the cache; center_for gives the shift
         )
 
     def calibration_texts(self) -> tuple[str, ...] | None:
-        """With centering, the texts whose mean normalised raw embedding is an instruction's centre (the
+        """With centering, the texts whose mean normalised raw embedding is an instruction's center (the
         harness takes them through its cache); None without."""
         if not self.center:
             return None
@@ -149,14 +149,14 @@ class GenembedEncoder:
 
         return calibration_texts()
 
-    def centre_for(self, instruction: str) -> np.ndarray | None:
-        """The centre subtracted from this instruction's normalised embeddings, ``(n_views or 1, dim)``,
+    def center_for(self, instruction: str) -> np.ndarray | None:
+        """The center subtracted from this instruction's normalised embeddings, ``(n_views or 1, dim)``,
         or None without centering."""
         if not self.center:
             return None
-        from ..encoders.centering import centre
+        from ..encoders.centering import instruction_center
 
-        shift = centre(self.model.backbone, self.options, instruction, all_steps=bool(self.views))
+        shift = instruction_center(self.model.backbone, self.options, instruction, all_steps=bool(self.views))
         shift = shift[[k - 1 for k in self.steps]] if self.views else shift[None]
         return shift.numpy().astype(np.float32)
 

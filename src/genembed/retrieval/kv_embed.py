@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..encoders.centering import apply_centre, centre
+from ..encoders.centering import apply_center, instruction_center
 from ..encoders.embedder import embed_prompts
 from ..encoders.settings import EmbedSettings
 from .kv_ops import KV, stacked_states
@@ -72,6 +72,6 @@ def encode_with_kv(
     callback = keep if keep_kv else None
     embeddings, _ = embed_prompts(backbone, prompts, slow, keep_kv=keep_kv, on_batch=callback, progress=False)
     if config.center:
-        embeddings = apply_centre(embeddings, centre(backbone, options, config.instruction(kind)))
+        embeddings = apply_center(embeddings, instruction_center(backbone, options, config.instruction(kind)))
     normalized = torch.nn.functional.normalize(embeddings, dim=-1).numpy().astype(np.float32)
     return EncodedTexts(normalized, [p.ids for p in prompts], kv if keep_kv else None)  # type: ignore[arg-type]

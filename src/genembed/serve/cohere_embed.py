@@ -4,7 +4,7 @@ and ``cohere.ClientV2(...).embed`` work against the server.
 - ``input_type`` picks a named instruction (:data:`genembed.serve.instructions.INPUT_TYPES`):
   ``search_query`` -> ``query``, ``search_document`` -> ``document``, ``classification`` and
   ``clustering`` -> theirs. Without one (v1 only), texts are embedded with no instruction.
-- ``embedding_types``: ``float`` (the model's L2-normalised embedding, centred as the model centres),
+- ``embedding_types``: ``float`` (the model's L2-normalised embedding, centered as the model centers),
   ``int8``/``uint8``/``binary``/``ubinary`` made from it by
   :func:`genembed.encoders.quantize.quantize_embeddings` (sentence-transformers' semantics: int8/uint8
   scale each dimension over the request's texts, so they need two or more texts and compare only
