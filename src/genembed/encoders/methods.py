@@ -26,11 +26,16 @@ __all__ = [
     "DEFAULT_METHOD",
     "DEFAULT_STEPS",
     "METHODS",
+    "POOLINGS",
     "METHOD_RULES",
     "SOFT_TOKEN_METHOD",
     "MethodRules",
     "method_rules",
 ]
+
+
+# how a method pools: K generated soft tokens' states, or one pass's text tokens (mean) or last token
+POOLINGS = ("soft_tokens", "mean", "last")
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,10 @@ class MethodRules:
     prompt_format: str  # the default prompt format (a name in genembed.encoders.prompts.PROMPT_FORMATS)
     fixed_attention: str | None  # the attention the method always uses; None: the caller's (causal by default)
     loss: str  # the contrastive training loss: "icr" (stepwise, over z_1..z_K) or "info_nce"
+
+    def __post_init__(self) -> None:
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r} (method {self.name!r})")
 
     @property
     def uses_steps(self) -> bool:
