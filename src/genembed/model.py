@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from typing import Unpack
 
     from .generation.rerank import RerankOptions, RerankResult
+    from .generation.sampling import SamplingKwargs, SamplingOptions
 
 __all__ = ["DEFAULT_QUERY_INSTRUCTION", "GenerativeEmbedder"]
 
@@ -406,24 +407,25 @@ class GenerativeEmbedder:
         self,
         messages_or_prompt: str | list[dict],
         *,
-        max_new_tokens: int = 256,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
         stop: str | list[str] | None = None,
         stream: bool = False,
-        seed: int | None = None,
+        sampling: SamplingOptions | None = None,
+        **options: Unpack[SamplingKwargs],
     ) -> str | Iterator[str]:
         """Chat with the same weights that embed: the backbone's chat template (GritLM's format when the
         model's ``prompt_format`` is ``"gritlm"``), causal attention.
 
         Args:
             messages_or_prompt: a user prompt, or a conversation ``[{"role": "user", "content": ...}, ...]``.
+            stop: strings that end the reply; it is cut before the first one.
+            stream: return an iterator of text pieces instead of the whole reply.
+            sampling: how tokens are picked (:class:`~genembed.generation.sampling.SamplingOptions`;
+                None: its defaults), changed by these keywords:
             max_new_tokens: the most tokens to generate.
             temperature: 0 (default) decodes greedily and deterministically.
             top_p: nucleus sampling threshold (with ``temperature > 0``).
-            stop: strings that end the reply; it is cut before the first one.
-            stream: return an iterator of text pieces instead of the whole reply.
             seed: seed for reproducible sampling.
+            no_repeat_ngram_size, repetition_penalty: against repetition (0 and 1.0: off).
 
         Returns:
             The reply, or (``stream=True``) an iterator of pieces that join to it.
@@ -436,13 +438,11 @@ class GenerativeEmbedder:
         pieces = generate_pieces(
             self.backbone,
             messages_or_prompt,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
+            sampling=sampling,
             stop=stop,
-            seed=seed,
             use_adapter=self.generation_adapter,
             prompt_format=self.prompt_format,
+            **options,
         )
         return pieces if stream else "".join(pieces)
 
