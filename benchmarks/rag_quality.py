@@ -150,7 +150,7 @@ def build(model, docs: list[dict], folder: Path, config, *, store_kv: bool):
     corpus.write_text("".join(json.dumps(d) + "\n" for d in docs), "utf-8")
     t0 = time.perf_counter()
     index = build_index(
-        model, [corpus], folder / ("kv" if store_kv else "plain"), config=config, store_kv=store_kv, overwrite=True
+        model, [corpus], folder / ("kv" if store_kv else "plain"), settings=config, store_kv=store_kv, overwrite=True
     )
     return index, time.perf_counter() - t0
 

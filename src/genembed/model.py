@@ -237,7 +237,7 @@ class GenerativeEmbedder:
             default_prompt_name=self.default_prompt_name,
         )
         normalize = _one_flag("normalize", normalize, "normalize_embeddings", normalize_embeddings, default=True)
-        options = self.embed_settings(
+        settings = self.embed_settings(
             method=method,
             steps=steps,
             attention=attention,
@@ -248,15 +248,15 @@ class GenerativeEmbedder:
             max_length=max_length,
             batch_size=batch_size,
         )
-        method = options.method
-        warn_if_untrained(self.trained_for, self.adapter, options.method, options.attention)
+        method = settings.method
+        warn_if_untrained(self.trained_for, self.adapter, settings.method, settings.attention)
         check_precision(precision)
         truncate_dim = self.truncate_dim if truncate_dim is None else truncate_dim
         if truncate_dim is not None and (
             isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int) or truncate_dim < 1
         ):
             raise ValueError(f"truncate_dim must be a positive int or None, got {truncate_dim!r}")
-        if return_all_steps and (not method_rules(method).uses_steps or options.adaptive):
+        if return_all_steps and (not method_rules(method).uses_steps or settings.adaptive):
             raise ValueError(f"return_all_steps needs method={SOFT_TOKEN_METHOD!r} and a fixed number of steps")
         if return_all_steps and precision != "float32":
             raise ValueError("return_all_steps gives float32 embeddings only; quantize each step yourself")
@@ -266,7 +266,7 @@ class GenerativeEmbedder:
         embeddings, used = encode_texts(
             self.backbone,
             items,
-            options,
+            settings,
             instruction=instruction,
             return_all_steps=return_all_steps,
             show_progress_bar=show_progress_bar,
@@ -274,7 +274,7 @@ class GenerativeEmbedder:
         if self.center if center is None else center:
             from .encoders.centering import apply_center, instruction_center
 
-            shift = instruction_center(self.backbone, options, instruction, all_steps=return_all_steps)
+            shift = instruction_center(self.backbone, settings, instruction, all_steps=return_all_steps)
             embeddings = apply_center(embeddings, shift)
         convert_to_numpy = convert_to_numpy and not convert_to_tensor
         out = to_output(
@@ -287,7 +287,7 @@ class GenerativeEmbedder:
         )
         if return_steps_used:
             if used is None:
-                used = torch.full((len(items),), method_rules(method).steps(options.steps))
+                used = torch.full((len(items),), method_rules(method).steps(settings.steps))
             used_out = used.numpy() if convert_to_numpy else used
             return out, (used_out[0] if single else used_out)
         return out
@@ -400,8 +400,8 @@ class GenerativeEmbedder:
     ) -> list[SoftTokenStep]:
         """Per GIRCSE step, the ``top`` most probable vocabulary tokens of the soft token ``p_k``
         (``steps`` None: ``model.steps``)."""
-        options = self.embed_settings(method=SOFT_TOKEN_METHOD, steps=steps, prompt_format=prompt_format)
-        return inspect_soft_tokens(self.backbone, text, options, instruction=instruction or "", top=top)
+        settings = self.embed_settings(method=SOFT_TOKEN_METHOD, steps=steps, prompt_format=prompt_format)
+        return inspect_soft_tokens(self.backbone, text, settings, instruction=instruction or "", top=top)
 
     def generate(
         self,

@@ -193,7 +193,7 @@ def test_an_index_built_by_a_centering_model_centers_queries_and_chunks(tiny_mod
     tiny_model.center = True
     build_index(tiny_model, [path], tmp_path / "idx", chunk_tokens=64, overlap=3, show_progress_bar=False)
     index = FaissStore.load(tmp_path / "idx")
-    assert index.config.center is True
+    assert index.settings.center is True
     texts = [c.embed_text for c in index.chunks]
     assert sorted(texts) == sorted(TEXTS)
     # each chunk's stored vector is the model's centered document embedding: it finds itself at cosine 1

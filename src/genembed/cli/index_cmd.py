@@ -104,7 +104,9 @@ def build(
 
     where = _store.location(out, collection, token)
     max_length = chunk_tokens + 256  # room for title + template
-    check_settings(method=method, steps=steps, attention=attention, prompt_format=prompt_format, max_length=max_length)
+    given = {"method": method, "steps": steps, "attention": attention, "prompt_format": prompt_format}
+    given["max_length"] = max_length
+    check_settings(**given)
     try:  # check settings before loading the model
         resolve_kv_dtype(kv_dtype)
         if overlap >= chunk_tokens:
@@ -113,16 +115,13 @@ def build(
     except ValueError as exc:
         _fail(str(exc))
     loaded = load_model(model, adapter, dtype, center, device, generator)
-    config = model_settings(
-        loaded, method=method, steps=steps, attention=attention, prompt_format=prompt_format, max_length=max_length
-    )
-    config = config.replace(center=loaded.center)
+    settings = model_settings(loaded, **given).replace(center=loaded.center)
     try:
         index = build_index(
             loaded,
             sources,
             where,
-            config=config,
+            settings=settings,
             chunk_tokens=chunk_tokens,
             overlap=overlap,
             store_kv=store_kv,

@@ -79,12 +79,12 @@ def calibration_digest() -> str:
     return hashlib.sha256("\n".join(calibration_texts()).encode("utf-8")).hexdigest()
 
 
-def center_key(options: EmbedSettings, instruction: str, *, all_steps: bool = False) -> str:
+def center_key(settings: EmbedSettings, instruction: str, *, all_steps: bool = False) -> str:
     """The name a center is kept under: the instruction, ``all_steps`` and the settings that change
     embeddings (:data:`~genembed.encoders.settings.EMBEDDING_FIELDS`; a single-pass method's step
     settings change nothing, so they are left out)."""
-    fields = {name: getattr(options, name) for name in EMBEDDING_FIELDS}
-    if not options.rules.uses_steps:
+    fields = {name: getattr(settings, name) for name in EMBEDDING_FIELDS}
+    if not settings.rules.uses_steps:
         for name in ("steps", "adaptive", "stop_tol"):
             fields.pop(name)
     return center_files.key_name({"instruction": instruction, "all_steps": all_steps, **fields})
@@ -154,9 +154,9 @@ def center_cache(backbone: Any) -> CenterCache:
 
 
 def instruction_center(
-    backbone: Any, options: EmbedSettings, instruction: str, *, all_steps: bool = False
+    backbone: Any, settings: EmbedSettings, instruction: str, *, all_steps: bool = False
 ) -> torch.Tensor:
-    """The center for embeddings made with ``options`` and ``instruction``.
+    """The center for embeddings made with ``settings`` and ``instruction``.
 
     Looked up in the model's stored centers, its recent ones and the disk cache before it is computed
     (see the module docstring).
@@ -166,7 +166,7 @@ def instruction_center(
         center per step, with ``all_steps`` (GIRCSE ``return_all_steps``).
     """
     cache = center_cache(backbone)
-    key = center_key(options, instruction, all_steps=all_steps)
+    key = center_key(settings, instruction, all_steps=all_steps)
     found = cache.get(key)
     if found is not None:
         return found
@@ -177,7 +177,7 @@ def instruction_center(
         embeddings, _ = encode_texts(
             backbone,
             list(calibration_texts()),
-            options,
+            settings,
             instruction=instruction,
             return_all_steps=all_steps,
             show_progress_bar=False,
@@ -206,15 +206,15 @@ def clear_centers(backbone: Any | None = None) -> None:
 
 
 def save_centers(
-    backbone: Any, folder: str | os.PathLike, options: EmbedSettings, instructions: list[str]
+    backbone: Any, folder: str | os.PathLike, settings: EmbedSettings, instructions: list[str]
 ) -> dict[str, torch.Tensor]:
-    """Compute (or look up) the centers of ``instructions`` with ``options`` and write them, with the
+    """Compute (or look up) the centers of ``instructions`` with ``settings`` and write them, with the
     centers already stored with the model, to ``folder/centers.safetensors``; return what was written.
 
     ``model.save`` calls it for the model's named instructions (``prompts``)."""
     centers = dict(center_cache(backbone).stored)
     for instruction in dict.fromkeys(instructions):
-        centers[center_key(options, instruction)] = instruction_center(backbone, options, instruction)
+        centers[center_key(settings, instruction)] = instruction_center(backbone, settings, instruction)
     center_files.write_centers(Path(folder) / center_files.CENTERS_FILE, centers, calibration_digest())
     return centers
 

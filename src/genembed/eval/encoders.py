@@ -65,7 +65,7 @@ class GenembedEncoder:
             raise ValueError(f"steps apply only to method {SOFT_TOKEN_METHOD!r}, not {method!r}")
         self.steps = parse_steps(DEFAULT_STEPS if steps is None else steps)
         # validates every setting and resolves the defaults (prompt format, attention) once
-        self.options = EmbedSettings.build(
+        self.embed_settings = EmbedSettings.build(
             method=method,
             steps=max(self.steps),
             attention=attention,
@@ -78,12 +78,12 @@ class GenembedEncoder:
 
     @property
     def name(self) -> str:
-        o = self.options
+        o = self.embed_settings
         return f"{self.model.name} {o.method} {o.attention} {o.prompt_format}" + (" centered" if self.center else "")
 
     def settings(self) -> dict[str, Any]:
         """The encoding settings, for reports."""
-        o = self.options
+        o = self.embed_settings
         out = {"model": self.model.backbone.name, "adapter": self.model.adapter, "method": o.method}
         out |= {"steps": list(self.steps) if method_rules(o.method).uses_steps else None, "attention": o.attention}
         out |= {"prompt_format": o.prompt_format, "max_length": o.max_length, "batch_size": o.batch_size}
@@ -113,7 +113,7 @@ class GenembedEncoder:
             for n, p in sorted(lm.named_parameters())
             if ("lora_" in n or "modules_to_save" in n) and generation not in n
         ]
-        o = self.options
+        o = self.embed_settings
         return digest(
             {
                 "model": [backbone.name, backbone.path, weights],
@@ -125,7 +125,7 @@ class GenembedEncoder:
         )
 
     def _encode(self, texts: list[str], instruction: str, *, all_steps: bool) -> np.ndarray:
-        o = self.options
+        o = self.embed_settings
         return self.model.encode(
             texts,
             instruction=instruction,
@@ -156,7 +156,7 @@ class GenembedEncoder:
             return None
         from ..encoders.centering import instruction_center
 
-        shift = instruction_center(self.model.backbone, self.options, instruction, all_steps=bool(self.views))
+        shift = instruction_center(self.model.backbone, self.embed_settings, instruction, all_steps=bool(self.views))
         shift = shift[[k - 1 for k in self.steps]] if self.views else shift[None]
         return shift.numpy().astype(np.float32)
 
@@ -167,7 +167,7 @@ class GenembedEncoder:
     def encode_views(self, texts: list[str], *, instruction: str) -> np.ndarray:
         """``(n, len(steps), dim)``: ``z_k`` for each requested k, from one run (gircse only)."""
         if not self.views:
-            raise ValueError(f"method {self.options.method!r} has one embedding per text; use encode()")
+            raise ValueError(f"method {self.embed_settings.method!r} has one embedding per text; use encode()")
         all_steps = self._encode(texts, instruction, all_steps=True)  # (n, K_max, dim)
         return all_steps[:, [k - 1 for k in self.steps]]
 

@@ -113,9 +113,9 @@ def retrieve(
     t0 = time.perf_counter()
     # the query's embedding-pass states serve a cached query segment when that pass is the generator's own
     # (causal), or in GRIT's caching, which reuses the bidirectional embedding pass (grit_cache)
-    reusable = index.config.attention == "causal" or uses_grit_cache(index.config)
+    reusable = index.settings.attention == "causal" or uses_grit_cache(index.settings)
     keep = keep_query_kv and same_weights(model) and reusable
-    encoded = encode_with_kv(model.backbone, [question], index.config, kind="query", keep_kv=keep)
+    encoded = encode_with_kv(model.backbone, [question], index.settings, kind="query", keep_kv=keep)
     query = Query(question, encoded.embeddings, encoded.ids[0], encoded.kv[0] if encoded.kv else None)
     timings["embed_query"] = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -168,7 +168,7 @@ def build_context(
         KVSourceError: the stored states were made by other weights, attention or prompt.
     """
     order, query_cached, docs_cached = mode_layout(mode, order)
-    if uses_grit_cache(index.config):  # GritLM's own formats and states (its order; no prompt to choose)
+    if uses_grit_cache(index.settings):  # GritLM's own formats and states (its order; no prompt to choose)
         return _fits(model, grit_context(model, index, query, sources, mode))
     prompt = prompt or index.rag_prompt
     tok = model.backbone.tokenizer

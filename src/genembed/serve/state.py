@@ -84,12 +84,13 @@ class ServingState:
         cache = center_cache(self.model.backbone)
         before = cache.computed
         if self.model.center:
-            options = self.model.embed_settings(
+            embed_settings = self.model.embed_settings(
                 method=s.method, steps=s.default_steps, max_length=s.max_input_tokens, batch_size=s.encode_batch_size
             )
             for instruction in dict.fromkeys(self.instructions.values()):
                 cache.keep(
-                    center_key(options, instruction), instruction_center(self.model.backbone, options, instruction)
+                    center_key(embed_settings, instruction),
+                    instruction_center(self.model.backbone, embed_settings, instruction),
                 )
         text = calibration_texts()[0]
         prompt, tokens = self.embedding_prompt_lengths([text], "")  # no request runs yet: the tokenizer is free
