@@ -126,7 +126,7 @@ def serve(
             max_batch_requests=max_batch_requests,
             max_queue=max_queue,
             max_new_tokens=max_new_tokens,
-            default_max_new_tokens=min(256, max_new_tokens),
+            default_max_new_tokens=min(ServeSettings.default_max_new_tokens, max_new_tokens),
             max_prompt_tokens=max_prompt_tokens,
             instructions=load_instructions(instructions) if instructions is not None else {},
             token_encoding=token_encoding,

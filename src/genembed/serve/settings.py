@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from ..encoders.centering import DEFAULT_CACHE_SIZE
 from ..encoders.methods import DEFAULT_MAX_STEPS, DEFAULT_METHOD, DEFAULT_STEPS, METHODS
 from ..encoders.prompts import PROMPT_FORMATS
+from ..generation.sampling import SamplingOptions
 
 __all__ = ["ServeSettings"]
 
@@ -34,7 +35,7 @@ class ServeSettings:
     encode_batch_size: int = 32  # texts per forward pass inside a micro-batch
     max_queue: int = 256  # waiting embedding requests (and, separately, chat/rerank requests) before 429
     max_new_tokens: int = 512  # chat: highest max_tokens a request may ask for
-    default_max_new_tokens: int = 256  # chat: max_tokens when a request does not say
+    default_max_new_tokens: int = SamplingOptions.max_new_tokens  # chat: max_tokens when a request does not say
     max_prompt_tokens: int = 2048  # chat: tokens of the formatted conversation
     # named instructions (prompt_name / input_type / task -> instruction), over the model's and the
     # defaults in genembed.serve.instructions; e.g. {"query": "Given a question, retrieve answers."}
