@@ -15,7 +15,7 @@ _MODULES = {  # submodule -> the names it exports here
     "embedder": ("encode_texts", "to_output", "validate_texts"),
     "inspect_tokens": ("SoftTokenStep", "inspect_soft_tokens"),
     "instructions": ("DEFAULT_QUERY_INSTRUCTION", "default_prompts", "resolve_instruction"),
-    "methods": ("DEFAULT_METHOD", "METHODS", "METHOD_RULES", "MethodRules", "method_rules"),
+    "methods": ("DEFAULT_METHOD", "DEFAULT_STEPS", "METHODS", "METHOD_RULES", "MethodRules", "method_rules"),
     "pooling": ("last_token_pool", "masked_mean"),
     "prompts": ("EncodedPrompt", "PROMPT_FORMATS", "encode_prompts", "prompt_spans"),
     "quantize": ("PRECISIONS", "quantize_embeddings"),
