@@ -24,6 +24,7 @@ from .backbone.default_model import MissingModelError
 from .backbone.hub import hub_snapshot
 from .backbone.loading import BUNDLED, hub_cache_folder, load_backbone
 from .encoders.centering import load_centers
+from .encoders.methods import DEFAULT_TAU
 from .model import GenerativeEmbedder
 from .saving import BACKBONE_SUBFOLDER, SETTINGS_FILE, calibration_digest, read_settings
 
@@ -83,7 +84,7 @@ def load(
         device: ``"auto"`` (default: CUDA, then Apple MPS, then the CPU; with several GPUs, a model
             too large for the first is spread over all of them), or a torch device such as ``"cpu"``
             or ``"cuda:0"``.
-        tau: GIRCSE soft-token softmax temperature (None: the saved model's, else 1.0).
+        tau: GIRCSE soft-token softmax temperature (None: the saved model's, else ``DEFAULT_TAU``).
         center: per-instruction centering in ``encode`` by default (see
             :mod:`genembed.encoders.centering`). None: the saved model's setting; else on with a
             shipped adapter, where it was measured to help (docs/experiments.md), off otherwise. The
@@ -140,7 +141,7 @@ def load(
         shipped = adapter_path.resolve() in {folder.resolve() for folder in SHIPPED_ADAPTERS.values()}
     model = GenerativeEmbedder(
         backbone,
-        tau=1.0 if tau is None else tau,
+        tau=DEFAULT_TAU if tau is None else tau,
         adapter=adapter_name(adapter, adapter_path) if adapter_path else None,
         center=shipped if center is None else center,
     )

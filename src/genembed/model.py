@@ -16,7 +16,14 @@ from .backbone.loading import Backbone
 from .encoders.embedder import encode_texts, to_output, validate_texts
 from .encoders.inspect_tokens import SoftTokenStep, inspect_soft_tokens
 from .encoders.instructions import DEFAULT_QUERY_INSTRUCTION, check_prompts, default_prompts, resolve_instruction
-from .encoders.methods import DEFAULT_MAX_STEPS, DEFAULT_METHOD, DEFAULT_STEPS, SOFT_TOKEN_METHOD, method_rules
+from .encoders.methods import (
+    DEFAULT_MAX_STEPS,
+    DEFAULT_METHOD,
+    DEFAULT_STEPS,
+    DEFAULT_TAU,
+    SOFT_TOKEN_METHOD,
+    method_rules,
+)
 from .encoders.quantize import check_precision
 from .encoders.settings import EmbedSettings
 from .encoders.similarity import check_similarity_fn
@@ -60,7 +67,7 @@ class GenerativeEmbedder:
         self,
         backbone: Backbone,
         *,
-        tau: float = 1.0,
+        tau: float = DEFAULT_TAU,
         adapter: str | None = None,
         center: bool = False,
         method: str = DEFAULT_METHOD,
@@ -185,7 +192,7 @@ class GenerativeEmbedder:
                 ``prompts[default_prompt_name]``, else none.
             prompt: sentence-transformers' name for ``instruction`` (give one of the two).
             prompt_name: a key of ``model.prompts``, e.g. ``"query"``; an explicit instruction wins.
-            steps: GIRCSE soft tokens K (None: ``model.steps``, 5 by default), or ``"auto"`` to stop
+            steps: GIRCSE soft tokens K (None: ``model.steps``, ``DEFAULT_STEPS`` by default), or ``"auto"`` to stop
                 each text when ``cos(z_k, z_{k-1}) > stop_tol`` (at most ``max_steps``). Ignored by
                 single-pass methods.
             method: one of :data:`genembed.encoders.methods.METHODS` (None: ``model.method``).

@@ -51,10 +51,10 @@ __all__ = [
     "apply_center",
     "calibration_digest",
     "calibration_texts",
-    "instruction_center",
     "center_cache",
     "center_key",
     "clear_centers",
+    "instruction_center",
     "load_centers",
     "save_centers",
 ]

@@ -25,6 +25,7 @@ __all__ = [
     "DEFAULT_MAX_STEPS",
     "DEFAULT_METHOD",
     "DEFAULT_STEPS",
+    "DEFAULT_TAU",
     "METHODS",
     "POOLINGS",
     "METHOD_RULES",
@@ -85,6 +86,7 @@ METHOD_RULES: dict[str, MethodRules] = {
 METHODS = tuple(METHOD_RULES)
 DEFAULT_METHOD = METHODS[0]  # gircse, what the shipped adapter was trained for
 DEFAULT_STEPS = 5  # soft tokens K when none are asked for (what the shipped adapter was trained with)
+DEFAULT_TAU = 1.0  # soft-token softmax temperature (GIRCSE's)
 DEFAULT_MAX_STEPS = 20  # adaptive steps (``steps="auto"``) stop at this K; the server's highest K
 
 

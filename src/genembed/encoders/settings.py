@@ -14,7 +14,7 @@ from typing import Any
 
 from ..backbone.attention import check_attention
 from .instructions import DEFAULT_QUERY_INSTRUCTION
-from .methods import DEFAULT_MAX_STEPS, DEFAULT_METHOD, DEFAULT_STEPS, MethodRules, method_rules
+from .methods import DEFAULT_MAX_STEPS, DEFAULT_METHOD, DEFAULT_STEPS, DEFAULT_TAU, MethodRules, method_rules
 from .prompts import PROMPT_FORMATS, EncodedPrompt, encode_prompts
 
 __all__ = ["EMBEDDING_FIELDS", "EmbedSettings"]
@@ -43,7 +43,7 @@ class EmbedSettings:
     stop_tol: float = 0.999
     attention: str | None = None  # None: the method's (causal unless the method fixes it)
     prompt_format: str | None = None  # one of PROMPT_FORMATS (chat, plain, gircse, gritlm); None or "": the method's
-    tau: float = 1.0  # soft-token softmax temperature
+    tau: float = DEFAULT_TAU  # soft-token softmax temperature
     max_length: int = 512  # tokens per prompt (instruction and template included); longer texts are cut
     batch_size: int = 32  # texts per forward pass (changes no embedding)
     use_cache: bool = True  # KV-cached soft tokens; False recomputes the sequence every step (reference)

@@ -40,7 +40,7 @@ class GenembedEncoder:
     Args:
         model: the loaded model (``genembed.load()``).
         method: ``gircse``, ``mean``, ``last`` or ``grit``.
-        steps: GIRCSE soft-token counts K to report (e.g. ``(1, 3, 5, 10, 20)``; default 5); gircse only.
+        steps: GIRCSE soft-token counts to report (e.g. ``(1, 3, 5, 10, 20)``; default ``DEFAULT_STEPS``); gircse only.
         attention, prompt_format, max_length, batch_size: as in :meth:`GenerativeEmbedder.encode`.
         center: per-instruction centering (:mod:`genembed.encoders.centering`); None: the model's
             default (``model.center``). The cache keeps raw embeddings either way;
