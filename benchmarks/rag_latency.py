@@ -195,7 +195,7 @@ def main() -> None:
                     model,
                     [doc],
                     tmp / f"index-{sweep}-{length}",
-                    config=config,
+                    settings=config,
                     store_kv=True,
                     kv_dtype="float16",
                     chunk_tokens=longest + 16,

@@ -30,7 +30,7 @@ retrieval hit rate (a gold passage in the top ``--top-k``) and the index build t
 and without stored KV states (``build``: the wikiqa corpus built without KV states, then with them).
 
 Run (about 15 minutes on one thread; the build table from a separate run that computes the
-documents' centre before timing either build):
+documents' center before timing either build):
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rag_quality.py --threads 1
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rag_quality.py --threads 1 --sets wikiqa --build-only
@@ -150,7 +150,7 @@ def build(model, docs: list[dict], folder: Path, config, *, store_kv: bool):
     corpus.write_text("".join(json.dumps(d) + "\n" for d in docs), "utf-8")
     t0 = time.perf_counter()
     index = build_index(
-        model, [corpus], folder / ("kv" if store_kv else "plain"), config=config, store_kv=store_kv, overwrite=True
+        model, [corpus], folder / ("kv" if store_kv else "plain"), settings=config, store_kv=store_kv, overwrite=True
     )
     return index, time.perf_counter() - t0
 
@@ -329,10 +329,10 @@ def main() -> None:
         "generation_weights": generation_weights(model),
         "sets": {},
     }
-    if config.center:  # compute the documents' centre once before any timed build (it is memoised)
-        from genembed.encoders.centering import centre
+    if config.center:  # compute the documents' center once before any timed build (it is memoised)
+        from genembed.encoders.centering import instruction_center
 
-        centre(model.backbone, config, config.doc_instruction)
+        instruction_center(model.backbone, config, config.doc_instruction)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.sets:

@@ -1,8 +1,8 @@
 """How long the first embedding request of a fresh ``genembed serve`` takes, against the second.
 
-With centering (on for the shipped adapter), an instruction's first use needs its centre
+With centering (on for the shipped adapter), an instruction's first use needs its center
 (:mod:`genembed.encoders.centering`). Starts the default model in a fresh server subprocess (one
-torch thread, an empty centre disk cache), then times, one after another, with different texts:
+torch thread, an empty center disk cache), then times, one after another, with different texts:
 two requests with a named instruction (``input_type=classification``), then two with an instruction
 the server has never seen (``instruction=...``). Also times start-up (launch to ``/health``).
 Writes ``serve_first_request.json`` (config, git commit, seconds).
@@ -53,7 +53,7 @@ def main() -> None:
     args = parser.parse_args()
     args.steps = 5
     with tempfile.TemporaryDirectory() as tmp:
-        os.environ["GENEMBED_CENTRE_CACHE"] = str(Path(tmp) / "centres")  # the server starts with none cached
+        os.environ["GENEMBED_CENTER_CACHE"] = str(Path(tmp) / "centers")  # the server starts with none cached
         launched = time.perf_counter()
         server = Server("fresh", [], args, Path(tmp))
         try:

@@ -9,7 +9,7 @@ metrics of ``genembed eval``:
 - ``train_mean``: minus one mean vector per K, fitted on a sample of the training data (queries
   with their instruction, documents with the instruction the recipe gives them);
 - ``instruction_mean``: minus the mean embedding of a fixed set of calibration texts (taken from the
-  same training sample) encoded with the *same* instruction, so each instruction gets its own centre
+  same training sample) encoded with the *same* instruction, so each instruction gets its own center
   (costs one extra encoding of the calibration set per new instruction);
 - ``shipped_calibration``: the same with the 64 calibration texts that ship with genembed
   (:mod:`genembed.encoders.centering`), i.e. what ``genembed.load()`` now does by default;
@@ -62,7 +62,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     tasks = [load_task(p) for p in find_task_dirs(list(args.tasks))]
     model = genembed.load(adapter=args.adapter, dtype="float32")
-    encoder = GenembedEncoder(model, method="gircse", steps=args.steps, center=False)  # raw: the variants centre
+    encoder = GenembedEncoder(model, method="gircse", steps=args.steps, center=False)  # raw: the variants center
     shipped = GenembedEncoder(model, method="gircse", steps=args.steps, center=True)
     embed = TextEmbedder(encoder, EmbeddingCache())
 
@@ -71,29 +71,29 @@ def main() -> None:
     train_mean = sample.mean(axis=0)  # (V, D)
     pool = [t for _, texts in groups for t in texts]
     calibration = random.Random(0).sample(pool, min(args.calibration, len(pool)))
-    centres: dict[str, np.ndarray] = {}
+    centers: dict[str, np.ndarray] = {}
 
-    def instruction_centre(instruction: str) -> np.ndarray:
-        if instruction not in centres:
-            centres[instruction] = embed(calibration, instruction, desc="calibration").mean(axis=0)
-        return centres[instruction]
+    def instruction_center(instruction: str) -> np.ndarray:
+        if instruction not in centers:
+            centers[instruction] = embed(calibration, instruction, desc="calibration").mean(axis=0)
+        return centers[instruction]
 
     def variant(name: str):
-        def embed_centred(texts: list[str], instruction: str, desc: str = "encode") -> np.ndarray:
+        def embed_centered(texts: list[str], instruction: str, desc: str = "encode") -> np.ndarray:
             x = embed(texts, instruction, desc)
             if name == "none" or len(x) == 0:
                 return x
             if name == "train_mean":
-                centre = train_mean
+                center = train_mean
             elif name == "instruction_mean":
-                centre = instruction_centre(instruction)
+                center = instruction_center(instruction)
             elif name == "shipped_calibration":
-                centre = shipped.centre_for(instruction)
+                center = shipped.center_for(instruction)
             else:  # own_set_mean
-                centre = x.mean(axis=0)
-            return l2_normalize(x - centre[None])
+                center = x.mean(axis=0)
+            return l2_normalize(x - center[None])
 
-        return embed_centred
+        return embed_centered
 
     views = list(encoder.views)
     results = {

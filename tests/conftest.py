@@ -28,9 +28,9 @@ def _one_thread_per_test_process():
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _centre_cache(tmp_path_factory):
-    # centres the tests compute are cached in a folder of the session, not the user's cache
-    os.environ["GENEMBED_CENTRE_CACHE"] = str(tmp_path_factory.mktemp("centre-cache"))
+def _center_cache(tmp_path_factory):
+    # centers the tests compute are cached in a folder of the session, not the user's cache
+    os.environ["GENEMBED_CENTER_CACHE"] = str(tmp_path_factory.mktemp("center-cache"))
 
 
 @pytest.fixture(scope="session")

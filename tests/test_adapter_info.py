@@ -96,7 +96,7 @@ def test_index_build_warns_too(adapter_dirs, tmp_path):
     docs.write_text("Paris is the capital of France.")
     model = genembed.load(model_dir, adapter=adapter)
     with pytest.warns(UntrainedAdapterWarning, match="method='mean' with causal attention is untrained"):
-        build_index(model, [docs], tmp_path / "idx", config=EmbedSettings(method="mean"), show_progress_bar=False)
+        build_index(model, [docs], tmp_path / "idx", settings=EmbedSettings(method="mean"), show_progress_bar=False)
 
 
 def test_a_shipped_adapter_loads_by_name_and_a_local_folder_of_that_name_wins(adapter_dirs, tmp_path, monkeypatch):
@@ -112,7 +112,7 @@ def test_a_shipped_adapter_loads_by_name_and_a_local_folder_of_that_name_wins(ad
     monkeypatch.chdir(tmp_path)  # no folder called "joint" here
     by_name = genembed.load(model_dir, adapter="joint")
     by_path = genembed.load(model_dir, adapter=adapter, center=True)
-    assert by_name.adapter_path == str(adapter.resolve()) and by_name.center is True  # shipped: centred
+    assert by_name.adapter_path == str(adapter.resolve()) and by_name.center is True  # shipped: centered
     np.testing.assert_array_equal(by_name.encode(TEXTS, steps=2), by_path.encode(TEXTS, steps=2))
     assert not np.allclose(by_name.encode(TEXTS, steps=2), genembed.load(model_dir).encode(TEXTS, steps=2))
 

@@ -67,7 +67,7 @@ def test_index_build_add_and_ask(saved, tmp_path):
     result = runner.invoke(app, build)
     assert result.exit_code == 0, result.output
     index, _ = _index_vectors(out)
-    assert (index.config.method, index.config.steps) == (model.method, model.steps)
+    assert (index.settings.method, index.settings.steps) == (model.method, model.steps)
     result = runner.invoke(app, ["index", "add", str(out), str(second), "--center"])  # one kind of vector per index
     assert result.exit_code == 2 and "was built without centering" in result.output, result.output
     result = runner.invoke(app, ["index", "add", str(out), str(second)])

@@ -58,7 +58,7 @@ def _same_model(a: GenerativeEmbedder, b: GenerativeEmbedder) -> None:
 def test_in_memory_model_saves_weights_and_settings(tmp_path, tiny):
     model = _customised(GenerativeEmbedder(tiny))
     folder = model.save(tmp_path / "saved")
-    assert sorted(p.name for p in folder.iterdir()) == ["README.md", "backbone", "centres.safetensors", "genembed.json"]
+    assert sorted(p.name for p in folder.iterdir()) == ["README.md", "backbone", "centers.safetensors", "genembed.json"]
     settings = json.loads((folder / "genembed.json").read_text())
     assert settings["backbone"] == {"name": "tiny-llama-0", "source": "backbone/"}
     assert settings["encode"] == {

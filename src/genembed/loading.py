@@ -23,7 +23,8 @@ from .adapter_loading import (
 from .backbone.default_model import MissingModelError
 from .backbone.hub import hub_snapshot
 from .backbone.loading import BUNDLED, hub_cache_folder, load_backbone
-from .encoders.centering import load_centres
+from .encoders.centering import load_centers
+from .encoders.methods import DEFAULT_TAU
 from .model import GenerativeEmbedder
 from .saving import BACKBONE_SUBFOLDER, SETTINGS_FILE, calibration_digest, read_settings
 
@@ -83,11 +84,11 @@ def load(
         device: ``"auto"`` (default: CUDA, then Apple MPS, then the CPU; with several GPUs, a model
             too large for the first is spread over all of them), or a torch device such as ``"cpu"``
             or ``"cuda:0"``.
-        tau: GIRCSE soft-token softmax temperature (None: the saved model's, else 1.0).
+        tau: GIRCSE soft-token softmax temperature (None: the saved model's, else ``DEFAULT_TAU``).
         center: per-instruction centering in ``encode`` by default (see
             :mod:`genembed.encoders.centering`). None: the saved model's setting; else on with a
             shipped adapter, where it was measured to help (docs/experiments.md), off otherwise. The
-            centres stored with the weights (``centres.safetensors`` in the saved folder or the
+            centers stored with the weights (``centers.safetensors`` in the saved folder or the
             adapter folder) are used, so their instructions cost no calibration encode.
         generation_adapter: the weights chat, reranking, RAG answers and stored KV states use. None: as
             above (the adapter when it was trained for generation too, else the base weights; a saved
@@ -135,12 +136,12 @@ def load(
     if adapter not in (None, False):
         adapter_path = resolve_adapter(adapter, local_files_only)
         attach_adapter(backbone, adapter_path)
-        load_centres(backbone, adapter_path)
+        load_centers(backbone, adapter_path)
         trained_for = read_trained_for(adapter_path)
         shipped = adapter_path.resolve() in {folder.resolve() for folder in SHIPPED_ADAPTERS.values()}
     model = GenerativeEmbedder(
         backbone,
-        tau=1.0 if tau is None else tau,
+        tau=DEFAULT_TAU if tau is None else tau,
         adapter=adapter_name(adapter, adapter_path) if adapter_path else None,
         center=shipped if center is None else center,
     )
@@ -216,9 +217,9 @@ def _load_saved(
         adapter_name = adapter_name(adapter, adapter_path)
     trained_for = read_trained_for(adapter_path) if adapter_path else None
     if adapter_path == folder or (adapter_path is None and not saved_adapter):  # the saved weights
-        load_centres(backbone, folder)
+        load_centers(backbone, folder)
     elif adapter_path is not None:
-        load_centres(backbone, adapter_path)
+        load_centers(backbone, adapter_path)
     if adapter_path == folder:  # the saved model's own adapter: as it was saved
         joint = settings.get("generation_adapter") is True
     else:
@@ -245,6 +246,6 @@ def _load_saved(
     digest = settings.get("calibration_sha256")
     if model.center and digest and digest != calibration_digest():
         logger.warning(
-            "%s was saved with other calibration texts than this genembed's: centred embeddings will differ", where
+            "%s was saved with other calibration texts than this genembed's: centered embeddings will differ", where
         )
     return model

@@ -16,7 +16,14 @@ from .backbone.loading import Backbone
 from .encoders.embedder import encode_texts, to_output, validate_texts
 from .encoders.inspect_tokens import SoftTokenStep, inspect_soft_tokens
 from .encoders.instructions import DEFAULT_QUERY_INSTRUCTION, check_prompts, default_prompts, resolve_instruction
-from .encoders.methods import DEFAULT_METHOD, SOFT_TOKEN_METHOD, method_rules
+from .encoders.methods import (
+    DEFAULT_MAX_STEPS,
+    DEFAULT_METHOD,
+    DEFAULT_STEPS,
+    DEFAULT_TAU,
+    SOFT_TOKEN_METHOD,
+    method_rules,
+)
 from .encoders.quantize import check_precision
 from .encoders.settings import EmbedSettings
 from .encoders.similarity import check_similarity_fn
@@ -25,6 +32,7 @@ if TYPE_CHECKING:
     from typing import Unpack
 
     from .generation.rerank import RerankOptions, RerankResult
+    from .generation.sampling import SamplingKwargs, SamplingOptions
 
 __all__ = ["DEFAULT_QUERY_INSTRUCTION", "GenerativeEmbedder"]
 
@@ -59,11 +67,11 @@ class GenerativeEmbedder:
         self,
         backbone: Backbone,
         *,
-        tau: float = 1.0,
+        tau: float = DEFAULT_TAU,
         adapter: str | None = None,
         center: bool = False,
         method: str = DEFAULT_METHOD,
-        steps: int | str = 5,
+        steps: int | str = DEFAULT_STEPS,
         attention: str | None = None,
         prompt_format: str | None = None,
         prompts: dict[str, str | None] | None = None,
@@ -170,7 +178,7 @@ class GenerativeEmbedder:
         truncate_dim: int | None = None,
         device: str | None = None,
         return_all_steps: bool = False,
-        max_steps: int = 20,
+        max_steps: int = DEFAULT_MAX_STEPS,
         stop_tol: float = 0.999,
         return_steps_used: bool = False,
         center: bool | None = None,
@@ -184,7 +192,7 @@ class GenerativeEmbedder:
                 ``prompts[default_prompt_name]``, else none.
             prompt: sentence-transformers' name for ``instruction`` (give one of the two).
             prompt_name: a key of ``model.prompts``, e.g. ``"query"``; an explicit instruction wins.
-            steps: GIRCSE soft tokens K (None: ``model.steps``, 5 by default), or ``"auto"`` to stop
+            steps: GIRCSE soft tokens K (None: ``model.steps``, ``DEFAULT_STEPS`` by default), or ``"auto"`` to stop
                 each text when ``cos(z_k, z_{k-1}) > stop_tol`` (at most ``max_steps``). Ignored by
                 single-pass methods.
             method: one of :data:`genembed.encoders.methods.METHODS` (None: ``model.method``).
@@ -209,12 +217,12 @@ class GenerativeEmbedder:
             device: move the model to this device first (``"auto"``, ``"cpu"``, ``"cuda:0"``, ...); it stays there.
             return_all_steps: GIRCSE only: ``(n, K, dim)`` holding ``z_1..z_K`` from one run.
             return_steps_used: with ``steps="auto"``, also return the steps each text used.
-            center: subtract the instruction's centre, the mean embedding of the bundled calibration
+            center: subtract the instruction's center, the mean embedding of the bundled calibration
                 texts made with the same instruction and settings (:mod:`genembed.encoders.centering`:
                 stored with the model for its named instructions, else cached in memory and on disk,
                 else computed by encoding those 64 texts once). None: ``model.center``
                 (on for the shipped adapter). With ``normalize=False`` the result is
-                ``normalize(z) - centre``.
+                ``normalize(z) - center``.
 
         Returns:
             ``(n, dim)`` embeddings (``(dim,)`` for one string), or ``(embeddings, steps_used)``.
@@ -236,7 +244,7 @@ class GenerativeEmbedder:
             default_prompt_name=self.default_prompt_name,
         )
         normalize = _one_flag("normalize", normalize, "normalize_embeddings", normalize_embeddings, default=True)
-        options = self.embed_settings(
+        settings = self.embed_settings(
             method=method,
             steps=steps,
             attention=attention,
@@ -247,15 +255,15 @@ class GenerativeEmbedder:
             max_length=max_length,
             batch_size=batch_size,
         )
-        method = options.method
-        warn_if_untrained(self.trained_for, self.adapter, options.method, options.attention)
+        method = settings.method
+        warn_if_untrained(self.trained_for, self.adapter, settings.method, settings.attention)
         check_precision(precision)
         truncate_dim = self.truncate_dim if truncate_dim is None else truncate_dim
         if truncate_dim is not None and (
             isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int) or truncate_dim < 1
         ):
             raise ValueError(f"truncate_dim must be a positive int or None, got {truncate_dim!r}")
-        if return_all_steps and (not method_rules(method).uses_steps or options.adaptive):
+        if return_all_steps and (not method_rules(method).uses_steps or settings.adaptive):
             raise ValueError(f"return_all_steps needs method={SOFT_TOKEN_METHOD!r} and a fixed number of steps")
         if return_all_steps and precision != "float32":
             raise ValueError("return_all_steps gives float32 embeddings only; quantize each step yourself")
@@ -265,16 +273,16 @@ class GenerativeEmbedder:
         embeddings, used = encode_texts(
             self.backbone,
             items,
-            options,
+            settings,
             instruction=instruction,
             return_all_steps=return_all_steps,
             show_progress_bar=show_progress_bar,
         )
         if self.center if center is None else center:
-            from .encoders.centering import apply_centre, centre
+            from .encoders.centering import apply_center, instruction_center
 
-            shift = centre(self.backbone, options, instruction, all_steps=return_all_steps)
-            embeddings = apply_centre(embeddings, shift)
+            shift = instruction_center(self.backbone, settings, instruction, all_steps=return_all_steps)
+            embeddings = apply_center(embeddings, shift)
         convert_to_numpy = convert_to_numpy and not convert_to_tensor
         out = to_output(
             embeddings,
@@ -286,7 +294,7 @@ class GenerativeEmbedder:
         )
         if return_steps_used:
             if used is None:
-                used = torch.full((len(items),), method_rules(method).steps(options.steps))
+                used = torch.full((len(items),), method_rules(method).steps(settings.steps))
             used_out = used.numpy() if convert_to_numpy else used
             return out, (used_out[0] if single else used_out)
         return out
@@ -371,7 +379,7 @@ class GenerativeEmbedder:
 
         Writes the LoRA adapter (when there is one) with its training config, ``genembed.json``
         (method, steps, tau, prompt format, centering, prompts, backbone), a model card (``README.md``)
-        and, with centering on, ``centres.safetensors`` (the named instructions' centres, computed now
+        and, with centering on, ``centers.safetensors`` (the named instructions' centers, computed now
         if not yet known), atomically, with no absolute path of this machine; see :mod:`genembed.saving`.
 
         Args:
@@ -399,31 +407,32 @@ class GenerativeEmbedder:
     ) -> list[SoftTokenStep]:
         """Per GIRCSE step, the ``top`` most probable vocabulary tokens of the soft token ``p_k``
         (``steps`` None: ``model.steps``)."""
-        options = self.embed_settings(method=SOFT_TOKEN_METHOD, steps=steps, prompt_format=prompt_format)
-        return inspect_soft_tokens(self.backbone, text, options, instruction=instruction or "", top=top)
+        settings = self.embed_settings(method=SOFT_TOKEN_METHOD, steps=steps, prompt_format=prompt_format)
+        return inspect_soft_tokens(self.backbone, text, settings, instruction=instruction or "", top=top)
 
     def generate(
         self,
         messages_or_prompt: str | list[dict],
         *,
-        max_new_tokens: int = 256,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
         stop: str | list[str] | None = None,
         stream: bool = False,
-        seed: int | None = None,
+        sampling: SamplingOptions | None = None,
+        **options: Unpack[SamplingKwargs],
     ) -> str | Iterator[str]:
         """Chat with the same weights that embed: the backbone's chat template (GritLM's format when the
         model's ``prompt_format`` is ``"gritlm"``), causal attention.
 
         Args:
             messages_or_prompt: a user prompt, or a conversation ``[{"role": "user", "content": ...}, ...]``.
+            stop: strings that end the reply; it is cut before the first one.
+            stream: return an iterator of text pieces instead of the whole reply.
+            sampling: how tokens are picked (:class:`~genembed.generation.sampling.SamplingOptions`;
+                None: its defaults), changed by these keywords:
             max_new_tokens: the most tokens to generate.
             temperature: 0 (default) decodes greedily and deterministically.
             top_p: nucleus sampling threshold (with ``temperature > 0``).
-            stop: strings that end the reply; it is cut before the first one.
-            stream: return an iterator of text pieces instead of the whole reply.
             seed: seed for reproducible sampling.
+            no_repeat_ngram_size, repetition_penalty: against repetition (0 and 1.0: off).
 
         Returns:
             The reply, or (``stream=True``) an iterator of pieces that join to it.
@@ -436,13 +445,11 @@ class GenerativeEmbedder:
         pieces = generate_pieces(
             self.backbone,
             messages_or_prompt,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
+            sampling=sampling,
             stop=stop,
-            seed=seed,
             use_adapter=self.generation_adapter,
             prompt_format=self.prompt_format,
+            **options,
         )
         return pieces if stream else "".join(pieces)
 
@@ -508,8 +515,8 @@ class GenerativeEmbedder:
         )
 
     def __repr__(self) -> str:
-        centred = ", center=True" if self.center else ""
-        return f"GenerativeEmbedder({self.name!r}, dim={self.dim}, device={self.device}{centred})"
+        centered = ", center=True" if self.center else ""
+        return f"GenerativeEmbedder({self.name!r}, dim={self.dim}, device={self.device}{centered})"
 
 
 def _one_flag(name: str, value: bool | None, alias: str, alias_value: bool | None, *, default: bool) -> bool:

@@ -147,12 +147,16 @@ _WEB_QUERY = "Given a web search query, retrieve relevant passages that answer t
 # Parameter counts: the architectures' shapes (hidden size, layers, heads, vocabulary, experts) built on
 # the meta device; LoRA r=16 on all seven projections (GIRCSE lora.json) adds about 42M (Mistral) / 40M (Qwen).
 _MISTRAL_7B, _QWEN25_7B, _MIXTRAL_8X7B = 7_241_732_096, 7_615_616_512, 46_702_792_704
+# what both authors' evaluations share: bf16 weights, texts cut at 512 tokens, tau 1 (GIRCSE's; unused by
+# GRIT), queries with the MSMARCO instruction
+_SHARED: dict[str, Any] = {"tau": 1.0, "dtype": "bfloat16", "max_length": 512, "query_instruction": _WEB_QUERY}
 
 
 def _gircse(model_id: str, base: str, architecture: str, params: int, reported: str) -> PublishedModel:
     # embedding/mteb_eval.py + scripts/eval_mteb.sh (K=3, T=1, generate_mean), scripts/train.sh (K=5),
     # embedding/base.py (bf16, max_length 512, left padding with EOS, no special tokens, L2-normalised)
     return PublishedModel(
+        **_SHARED,
         id=model_id,
         summary=f"GIRCSE LoRA adapter on {base}",
         method="gircse",
@@ -161,15 +165,11 @@ def _gircse(model_id: str, base: str, architecture: str, params: int, reported: 
         pooling="mean of the K soft-token states (generate_mean)",
         steps=3,
         train_steps=5,
-        tau=1.0,
-        dtype="bfloat16",
         base=base,
         architecture=architecture,
         params=params,
         instructions="gircse",
-        query_instruction=_WEB_QUERY,
         normalize_eval=True,
-        max_length=512,
         code=_GIRCSE_CODE,
         paper=_GIRCSE_PAPER,
         benchmark="MTEB(eng, v2)",  # embedding/mteb_eval.py
@@ -181,6 +181,7 @@ def _gritlm(model_id: str, architecture: str, params: int, reported: str) -> Pub
     # gritlm/gritlm.py (bidirectional "bbcc", mean over the text only, max_length 512) and
     # evaluation/eval_mteb.py (bf16, the "e5" instructions, normalized=False for MTEB)
     return PublishedModel(
+        **_SHARED,
         id=model_id,
         summary=f"GRIT, full weights ({architecture}): embeds and generates",
         method="grit",
@@ -189,15 +190,11 @@ def _gritlm(model_id: str, architecture: str, params: int, reported: str) -> Pub
         pooling="mean over the text tokens (instruction and template excluded)",
         steps=None,
         train_steps=None,
-        tau=1.0,
-        dtype="bfloat16",
         base=None,
         architecture=architecture,
         params=params,
         instructions="gritlm",
-        query_instruction=_WEB_QUERY,
         normalize_eval=False,
-        max_length=512,
         code=_GRIT_CODE,
         paper=_GRIT_PAPER,
         benchmark="MTEB(eng, v1)",  # evaluation/eval_mteb.py: the 56 English tasks of mteb 1.x

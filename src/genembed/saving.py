@@ -18,9 +18,9 @@ id, ``"backbone/"`` inside the folder, or, saved with ``save_backbone=False``, a
 relative to the saved one, ``"../base"``), the encoding defaults (method, steps, attention, prompt
 format, tau, centering, truncate_dim), the named instructions (``prompts``, ``default_prompt_name``),
 ``similarity_fn_name``, which weights generation uses (and the generation adapter's name), and, with
-centering on, a digest of the calibration texts the centres come from, so that a change to the
-bundled texts is reported on load. With centering on, ``centres.safetensors`` holds the centres of
-the named instructions (:func:`genembed.encoders.centering.save_centres`), so the first ``encode``
+centering on, a digest of the calibration texts the centers come from, so that a change to the
+bundled texts is reported on load. With centering on, ``centers.safetensors`` holds the centers of
+the named instructions (:func:`genembed.encoders.centering.save_centers`), so the first ``encode``
 with one of them after loading computes none. No saved file holds an absolute path of the machine
 that wrote it (``adapter_config.json`` names the base model by name). Copy the folder into the HF cache layout
 (``models--org--name/snapshots/<rev>/``, e.g. by uploading it and downloading it with ``hf download``)
@@ -132,7 +132,7 @@ def save_model(
         )
         (tmp / CARD_FILE).write_text(card, encoding="utf-8")
         if model.center:
-            _save_named_centres(model, tmp)
+            _save_named_centers(model, tmp)
     return folder
 
 
@@ -184,19 +184,19 @@ def read_settings(folder: str | os.PathLike) -> dict[str, Any]:
 
 
 def calibration_digest() -> str:
-    """sha256 of the bundled calibration texts the centering centres are computed from."""
+    """sha256 of the bundled calibration texts the centering centers are computed from."""
     from .encoders.centering import calibration_digest as digest
 
     return digest()
 
 
-def _save_named_centres(model: GenerativeEmbedder, folder: Path) -> None:
-    """``centres.safetensors``: the centres of the model's named instructions (``prompts``) with its
+def _save_named_centers(model: GenerativeEmbedder, folder: Path) -> None:
+    """``centers.safetensors``: the centers of the model's named instructions (``prompts``) with its
     default settings, plus those it was loaded with, so that loading it never computes them."""
-    from .encoders.centering import save_centres
+    from .encoders.centering import save_centers
 
     named = [instruction for instruction in model.prompts.values() if instruction is not None]
-    save_centres(model.backbone, folder, model.embed_settings(), named)
+    save_centers(model.backbone, folder, model.embed_settings(), named)
 
 
 def _save_base_weights(lm: Any, tokenizer: Any, out: Path) -> None:

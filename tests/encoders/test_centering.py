@@ -1,4 +1,4 @@
-"""Per-instruction centering: the centre's definition, its use in every embedding path, and defaults."""
+"""Per-instruction centering: the center's definition, its use in every embedding path, and defaults."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from genembed.encoders import EmbedSettings, encode_texts
-from genembed.encoders.centering import apply_centre, calibration_texts, centre, clear_centres
+from genembed.encoders.centering import apply_center, calibration_texts, clear_centers, instruction_center
 
 TEXTS = ["The quick brown fox.", "A man is playing a guitar.", "Paris is the capital of France.", "x"]
 INSTRUCTION = "Classify the emotion expressed in the given text."
@@ -30,22 +30,24 @@ def test_calibration_texts_ship_with_the_package():
 
 
 @pytest.mark.parametrize(("method", "all_steps"), [("gircse", False), ("gircse", True), ("mean", False)])
-def test_the_centre_is_the_mean_unit_calibration_embedding(tiny, method, all_steps):
+def test_the_center_is_the_mean_unit_calibration_embedding(tiny, method, all_steps):
     options = EmbedSettings.build(method=method, steps=3)
     raw, _ = encode_texts(tiny, list(calibration_texts()), options, instruction=INSTRUCTION, return_all_steps=all_steps)
     expected = torch.nn.functional.normalize(raw, dim=-1).mean(dim=0)
-    got = centre(tiny, options, INSTRUCTION, all_steps=all_steps)
+    got = instruction_center(tiny, options, INSTRUCTION, all_steps=all_steps)
     assert got.shape == ((3, tiny.model.config.hidden_size) if all_steps else (tiny.model.config.hidden_size,))
     torch.testing.assert_close(got, expected)
     # memoised per model and settings; the batch size is not a setting that changes embeddings
     other_batch = EmbedSettings.build(method=method, steps=3, batch_size=5)
-    assert centre(tiny, other_batch, INSTRUCTION, all_steps=all_steps) is got
-    assert not torch.allclose(centre(tiny, options, "", all_steps=all_steps), got)  # an instruction has its own
-    clear_centres(tiny)
-    assert centre(tiny, options, INSTRUCTION, all_steps=all_steps) is not got
+    assert instruction_center(tiny, other_batch, INSTRUCTION, all_steps=all_steps) is got
+    assert not torch.allclose(
+        instruction_center(tiny, options, "", all_steps=all_steps), got
+    )  # an instruction has its own
+    clear_centers(tiny)
+    assert instruction_center(tiny, options, INSTRUCTION, all_steps=all_steps) is not got
 
 
-def test_the_calibration_set_centred_has_mean_zero(tiny_model):
+def test_the_calibration_set_centered_has_mean_zero(tiny_model):
     out = tiny_model.encode(list(calibration_texts()), instruction=INSTRUCTION, steps=2, center=True, normalize=False)
     np.testing.assert_allclose(out.mean(axis=0), 0.0, atol=1e-6)
     # and the shared direction it removes is large: the raw unit vectors are far from mean zero
@@ -54,10 +56,10 @@ def test_the_calibration_set_centred_has_mean_zero(tiny_model):
 
 
 @pytest.mark.parametrize("method", ["gircse", "mean", "last", "grit"])
-def test_encode_subtracts_the_instruction_centre(tiny_model, method):
+def test_encode_subtracts_the_instruction_center(tiny_model, method):
     raw = tiny_model.encode(TEXTS, instruction=INSTRUCTION, method=method, steps=3)
     options = EmbedSettings.build(method=method, steps=3)
-    shift = centre(tiny_model.backbone, options, INSTRUCTION).numpy()
+    shift = instruction_center(tiny_model.backbone, options, INSTRUCTION).numpy()
     got = tiny_model.encode(TEXTS, instruction=INSTRUCTION, method=method, steps=3, center=True)
     np.testing.assert_allclose(got, _unit(raw - shift), atol=1e-5)
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
@@ -65,17 +67,17 @@ def test_encode_subtracts_the_instruction_centre(tiny_model, method):
     np.testing.assert_allclose(one, got[1], atol=1e-5)
 
 
-def test_every_step_of_a_sweep_is_centred_like_a_separate_run(tiny_model):
+def test_every_step_of_a_sweep_is_centered_like_a_separate_run(tiny_model):
     sweep = tiny_model.encode(TEXTS, steps=4, return_all_steps=True, center=True)
     assert sweep.shape == (len(TEXTS), 4, tiny_model.dim)
     for k in (1, 2, 4):
         np.testing.assert_allclose(sweep[:, k - 1], tiny_model.encode(TEXTS, steps=k, center=True), atol=1e-5)
 
 
-def test_adaptive_steps_are_centred(tiny_model):
+def test_adaptive_steps_are_centered(tiny_model):
     got, used = tiny_model.encode(TEXTS, steps="auto", max_steps=4, center=True, return_steps_used=True)
     raw = tiny_model.encode(TEXTS, steps="auto", max_steps=4)
-    shift = centre(tiny_model.backbone, EmbedSettings.build(steps="auto", max_steps=4), "").numpy()
+    shift = instruction_center(tiny_model.backbone, EmbedSettings.build(steps="auto", max_steps=4), "").numpy()
     np.testing.assert_allclose(got, _unit(raw - shift), atol=1e-5)
     assert used.shape == (len(TEXTS),)
 
@@ -84,24 +86,24 @@ def test_the_model_default_and_the_per_call_override(tiny_model):
     plain = tiny_model.encode(TEXTS)
     assert tiny_model.center is False
     tiny_model.center = True
-    centred = tiny_model.encode(TEXTS)
-    np.testing.assert_allclose(centred, tiny_model.encode(TEXTS, center=True), atol=1e-6)
+    centered = tiny_model.encode(TEXTS)
+    np.testing.assert_allclose(centered, tiny_model.encode(TEXTS, center=True), atol=1e-6)
     np.testing.assert_allclose(tiny_model.encode(TEXTS, center=False), plain, atol=1e-6)
-    assert np.abs(centred - plain).max() > 1e-2
+    assert np.abs(centered - plain).max() > 1e-2
     assert "center=True" in repr(tiny_model)
-    # queries and documents take their own instruction's centre
+    # queries and documents take their own instruction's center
     q = tiny_model.encode_query(TEXTS)
     from genembed.model import DEFAULT_QUERY_INSTRUCTION
 
     np.testing.assert_allclose(q, tiny_model.encode(TEXTS, instruction=DEFAULT_QUERY_INSTRUCTION), atol=1e-6)
-    np.testing.assert_allclose(tiny_model.encode_document(TEXTS), centred, atol=1e-6)
+    np.testing.assert_allclose(tiny_model.encode_document(TEXTS), centered, atol=1e-6)
 
 
-def test_apply_centre_keeps_empty_input():
-    assert apply_centre(torch.zeros((0, 4)), torch.ones(4)).shape == (0, 4)
+def test_apply_center_keeps_empty_input():
+    assert apply_center(torch.zeros((0, 4)), torch.ones(4)).shape == (0, 4)
 
 
-def test_load_centres_only_with_the_shipped_adapter(tiny, monkeypatch, tmp_path):
+def test_load_centers_only_with_the_shipped_adapter(tiny, monkeypatch, tmp_path):
     import genembed
     from genembed import loading
 
@@ -116,21 +118,21 @@ def test_load_centres_only_with_the_shipped_adapter(tiny, monkeypatch, tmp_path)
     assert genembed.load(adapter=tmp_path, center=True).center is True
 
 
-def test_eval_caches_raw_embeddings_and_centres_after_lookup(tiny_model, tmp_path):
+def test_eval_caches_raw_embeddings_and_centers_after_lookup(tiny_model, tmp_path):
     from genembed.eval import EmbeddingCache, GenembedEncoder
     from genembed.eval.encoding import TextEmbedder
 
     cache = EmbeddingCache(tmp_path / "cache.sqlite")
     plain = GenembedEncoder(tiny_model, steps="1,3")
-    centred = GenembedEncoder(tiny_model, steps="1,3", center=True)
-    assert centred.cache_key == plain.cache_key and centred.name == plain.name + " centred"
-    assert centred.settings()["center"] is True and plain.centre_for(INSTRUCTION) is None
-    got = TextEmbedder(centred, cache, progress=False)(TEXTS, INSTRUCTION)  # (n, views, dim)
+    centered = GenembedEncoder(tiny_model, steps="1,3", center=True)
+    assert centered.cache_key == plain.cache_key and centered.name == plain.name + " centered"
+    assert centered.settings()["center"] is True and plain.center_for(INSTRUCTION) is None
+    got = TextEmbedder(centered, cache, progress=False)(TEXTS, INSTRUCTION)  # (n, views, dim)
     for j, k in enumerate((1, 3)):
         np.testing.assert_allclose(
             got[:, j], tiny_model.encode(TEXTS, instruction=INSTRUCTION, steps=k, center=True), atol=1e-5
         )
-    # the cache holds the raw vectors, so the un-centred encoder reads them back unchanged
+    # the cache holds the raw vectors, so the un-centered encoder reads them back unchanged
     cached = cache.get(plain.cache_key, INSTRUCTION, 3, TEXTS)
     np.testing.assert_allclose(
         np.stack([cached[i] for i in range(len(TEXTS))]),
@@ -142,26 +144,26 @@ def test_eval_caches_raw_embeddings_and_centres_after_lookup(tiny_model, tmp_pat
     assert again.stats["encoded"] == 0
 
 
-def test_eval_centres_come_from_the_cache_on_a_rerun(tiny_model, tmp_path, monkeypatch):
+def test_eval_centers_come_from_the_cache_on_a_rerun(tiny_model, tmp_path, monkeypatch):
     from genembed.encoders import centering
     from genembed.eval import EmbeddingCache, GenembedEncoder
     from genembed.eval.encoding import TextEmbedder
 
     cache = EmbeddingCache(tmp_path / "cache.sqlite")
-    centred = GenembedEncoder(tiny_model, steps="1,3", center=True)
-    first = TextEmbedder(centred, cache, progress=False)
+    centered = GenembedEncoder(tiny_model, steps="1,3", center=True)
+    first = TextEmbedder(centered, cache, progress=False)
     got = first(TEXTS, INSTRUCTION)
     assert first.stats["encoded"] == len(TEXTS)  # the calibration texts are not counted as the task's
-    # the harness's centre is the model's own: mean of the calibration texts' normalised embeddings
-    np.testing.assert_allclose(first._centre(INSTRUCTION), centred.centre_for(INSTRUCTION), atol=1e-5)
-    assert len(cache.get(centred.cache_key, INSTRUCTION, 3, list(centering.calibration_texts()))) == 64
-    # without a cache the model's memoised centre is used: the same embeddings
-    np.testing.assert_allclose(TextEmbedder(centred, None, progress=False)(TEXTS, INSTRUCTION), got, atol=1e-5)
+    # the harness's center is the model's own: mean of the calibration texts' normalised embeddings
+    np.testing.assert_allclose(first._center(INSTRUCTION), centered.center_for(INSTRUCTION), atol=1e-5)
+    assert len(cache.get(centered.cache_key, INSTRUCTION, 3, list(centering.calibration_texts()))) == 64
+    # without a cache the model's memoised center is used: the same embeddings
+    np.testing.assert_allclose(TextEmbedder(centered, None, progress=False)(TEXTS, INSTRUCTION), got, atol=1e-5)
 
     def no_encoding(*args, **kwargs):
         raise AssertionError("a re-run encoded something")
 
-    centering.clear_centres()
+    centering.clear_centers()
     monkeypatch.setattr(centering, "encode_texts", no_encoding)
     monkeypatch.setattr(tiny_model, "encode", no_encoding)
     again = TextEmbedder(GenembedEncoder(tiny_model, steps="1,3", center=True), cache, progress=False)
@@ -169,7 +171,7 @@ def test_eval_centres_come_from_the_cache_on_a_rerun(tiny_model, tmp_path, monke
     assert again.stats == {"texts": len(TEXTS), "encoded": 0, "cached": len(TEXTS), "encode_seconds": 0.0}
 
 
-def test_corpus_encoding_centres_like_the_model(tiny_model, tmp_path):
+def test_corpus_encoding_centers_like_the_model(tiny_model, tmp_path):
     from genembed.encoders.corpus import encode_corpus, load_corpus_embeddings
 
     path = tmp_path / "docs.jsonl"
@@ -182,7 +184,7 @@ def test_corpus_encoding_centres_like_the_model(tiny_model, tmp_path):
         encode_corpus(tiny_model.backbone, path, tmp_path / "out", options, show_progress_bar=False)
 
 
-def test_an_index_built_by_a_centring_model_centres_queries_and_chunks(tiny_model, tmp_path):
+def test_an_index_built_by_a_centering_model_centers_queries_and_chunks(tiny_model, tmp_path):
     from genembed.retrieval.faiss_store import FaissStore
     from genembed.retrieval.index_build import build_index
 
@@ -191,10 +193,10 @@ def test_an_index_built_by_a_centring_model_centres_queries_and_chunks(tiny_mode
     tiny_model.center = True
     build_index(tiny_model, [path], tmp_path / "idx", chunk_tokens=64, overlap=3, show_progress_bar=False)
     index = FaissStore.load(tmp_path / "idx")
-    assert index.config.center is True
+    assert index.settings.center is True
     texts = [c.embed_text for c in index.chunks]
     assert sorted(texts) == sorted(TEXTS)
-    # each chunk's stored vector is the model's centred document embedding: it finds itself at cosine 1
+    # each chunk's stored vector is the model's centered document embedding: it finds itself at cosine 1
     scores, ids = index.search(tiny_model.encode_document(texts), 1)
     assert ids[:, 0].tolist() == list(range(len(texts)))
     np.testing.assert_allclose(scores[:, 0], 1.0, atol=1e-4)

@@ -48,7 +48,7 @@ def _model(folder: str, adapter: str | None):
     model = genembed.load(
         REFERENCE / folder, adapter=REFERENCE / adapter if adapter else False, dtype="float32", device="cpu"
     )
-    assert model.center is False  # load() centres only the shipped adapter; these must not be centred
+    assert model.center is False  # load() centers only the shipped adapter; these must not be centered
     return model
 
 

@@ -1,8 +1,23 @@
 from __future__ import annotations
 
+import dataclasses
+from unittest.mock import patch
+
 import pytest
 
-from genembed.encoders.methods import DEFAULT_METHOD, METHOD_RULES, METHODS, SOFT_TOKEN_METHOD, method_rules
+from genembed.encoders import core
+from genembed.encoders.batching import collate
+from genembed.encoders.core import embed_prepared
+from genembed.encoders.methods import (
+    DEFAULT_METHOD,
+    METHOD_RULES,
+    METHODS,
+    POOLINGS,
+    SOFT_TOKEN_METHOD,
+    MethodRules,
+    method_rules,
+)
+from genembed.encoders.settings import EmbedSettings
 
 
 def test_the_table_holds_every_method_and_its_rules():
@@ -25,3 +40,23 @@ def test_fixed_attention_is_kept_or_refused():
 def test_an_unknown_method_names_the_known_ones():
     with pytest.raises(ValueError, match=r"method must be one of \('gircse', 'mean', 'last', 'grit'\), got 'bert'"):
         method_rules("bert")
+
+
+def test_an_unknown_pooling_is_refused_with_the_known_ones():
+    with pytest.raises(ValueError, match=r"pooling must be one of \('soft_tokens', 'mean', 'last'\), got 'max'"):
+        MethodRules("maxpool", pooling="max", prompt_format="plain", fixed_attention=None, loss="info_nce")
+
+
+def test_the_core_pools_every_single_pass_pooling(tiny):
+    # every pooling a method may name runs in embed_prepared: a new name cannot fall back to another
+    assert set(POOLINGS) == {"soft_tokens", *core._SINGLE_PASS_POOLING}
+    settings = EmbedSettings(method="last", max_length=32)
+    batch = collate(settings.prompts(tiny.tokenizer, ["a b c", "d"], ""), pad_id=tiny.tokenizer.pad_token_id)
+    assert embed_prepared(tiny.model, batch, settings).steps.shape[:2] == (2, 1)
+    odd = dataclasses.replace(METHOD_RULES["last"], name="odd")
+    object.__setattr__(odd, "pooling", "max")  # past the table's own check, as a hand-made rules object could be
+    with (
+        patch.object(EmbedSettings, "rules", property(lambda self: odd)),
+        pytest.raises(ValueError, match=r"single-pass pooling must be one of \('mean', 'last'\), got 'max'"),
+    ):
+        embed_prepared(tiny.model, batch, settings)

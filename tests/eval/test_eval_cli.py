@@ -51,7 +51,7 @@ def test_eval_sweep_writes_json_markdown_and_plot(tiny_folder, toy_tasks, tmp_pa
     assert all(t["encoding"]["encoded"] == 0 for t in averaged["tasks"])  # re-scored from the cache
 
 
-def test_eval_center_flag_centres_after_the_cache(tiny_folder, toy_tasks, tmp_path):
+def test_eval_center_flag_centers_after_the_cache(tiny_folder, toy_tasks, tmp_path):
     args = ["eval", str(toy_tasks / "toy-sts"), "--model", str(tiny_folder), "--steps", "2"]
     args += ["--cache-file", str(tmp_path / "c.sqlite")]
     reports = {}
@@ -60,12 +60,12 @@ def test_eval_center_flag_centres_after_the_cache(tiny_folder, toy_tasks, tmp_pa
         result = runner.invoke(app, [*args, flag, "--out", str(out)])
         assert result.exit_code == 0, result.output
         reports[flag] = json.loads(out.read_text())
-    plain, centred = reports["--no-center"], reports["--center"]
-    assert plain["config"]["center"] is False and centred["config"]["center"] is True
-    assert centred["config"]["encoder"].endswith(" centred")
-    assert centred["config"]["cache_key"] == plain["config"]["cache_key"]
-    assert centred["tasks"][0]["encoding"]["encoded"] == 0  # raw embeddings come from the cache
-    assert centred["tasks"][0]["scores"] != plain["tasks"][0]["scores"]
+    plain, centered = reports["--no-center"], reports["--center"]
+    assert plain["config"]["center"] is False and centered["config"]["center"] is True
+    assert centered["config"]["encoder"].endswith(" centered")
+    assert centered["config"]["cache_key"] == plain["config"]["cache_key"]
+    assert centered["tasks"][0]["encoding"]["encoded"] == 0  # raw embeddings come from the cache
+    assert centered["tasks"][0]["scores"] != plain["tasks"][0]["scores"]
 
 
 def test_eval_mean_with_rerank(tiny_folder, toy_tasks, tmp_path):

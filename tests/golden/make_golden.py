@@ -102,8 +102,8 @@ def _embed_kv_outputs(model) -> dict[str, np.ndarray]:
             keys, values = encoded.kv[0]
             out[key + "/keys"] = keys[:, :, :4, :4].float().numpy()
             out[key + "/values"] = values[:, :, -4:, :4].float().numpy()
-    centred = encode_with_kv(model.backbone, texts, EmbedSettings(steps=2, center=True), kind="query", keep_kv=False)
-    out["embed_kv/gircse/center"] = centred.embeddings
+    centered = encode_with_kv(model.backbone, texts, EmbedSettings(steps=2, center=True), kind="query", keep_kv=False)
+    out["embed_kv/gircse/center"] = centered.embeddings
     return out
 
 

@@ -28,7 +28,7 @@ def grit_index(grit_model, tmp_path_factory):
     docs = write_jsonl(folder / "docs.jsonl", DOCS)
     config = EmbedSettings(method="grit", prompt_format="gritlm", query_instruction="", max_length=128)
     index = build_index(
-        model, [docs], folder / "index", config=config, store_kv=True, kv_dtype="float32", show_progress_bar=False
+        model, [docs], folder / "index", settings=config, store_kv=True, kv_dtype="float32", show_progress_bar=False
     )
     return model, index
 
@@ -125,4 +125,6 @@ def test_grit_caching_needs_a_faiss_folder(grit_index, tmp_path):
     config = EmbedSettings(method="grit", prompt_format="gritlm")
     docs = write_jsonl(tmp_path / "docs.jsonl", DOCS)
     with pytest.raises(ValueError, match="needs a faiss folder"):
-        build_index(model, [docs], f"milvus:{tmp_path / 'x.db'}", config=config, store_kv=True, show_progress_bar=False)
+        build_index(
+            model, [docs], f"milvus:{tmp_path / 'x.db'}", settings=config, store_kv=True, show_progress_bar=False
+        )

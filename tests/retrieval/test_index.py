@@ -52,14 +52,14 @@ def test_index_round_trips_through_save_and_load(tiny_model, docs_file, tmp_path
     built = _build(tiny_model, [docs_file], tmp_path / "idx", store_kv=True, kv_dtype="bfloat16")
     loaded = FaissStore.load(tmp_path / "idx")
     assert len(loaded) == len(built) > 5 and loaded.chunks == built.chunks
-    assert loaded.config == built.config and loaded.manifest == built.manifest
+    assert loaded.settings == built.settings and loaded.manifest == built.manifest
     queries = loaded.encode_queries(tiny_model, ["capital of France", "guitar on stage"])
     scores, ids = loaded.search(queries, k=4)
     expected_scores, expected_ids = built.search(queries, k=4)
     np.testing.assert_array_equal(ids, expected_ids)
     np.testing.assert_allclose(scores, expected_scores)
     # search scores are the cosines of the chunks' embeddings (re-embedded here)
-    docs = encode_with_kv(tiny_model.backbone, [loaded.text(int(i)) for i in ids[0]], loaded.config, keep_kv=False)
+    docs = encode_with_kv(tiny_model.backbone, [loaded.text(int(i)) for i in ids[0]], loaded.settings, keep_kv=False)
     np.testing.assert_allclose(scores[0], docs.embeddings @ queries[0], atol=1e-5)
     assert loaded.text(0) == f"{loaded.chunk(0).title} {loaded.chunk(0).text}"
     # KV states come back (memory-mapped, in the stored dtype) equal to the generator's pass over the passage
@@ -84,7 +84,7 @@ def test_add_appends_chunks_and_kv(tiny_model, docs_file, more_file, tmp_path):
     assert sorted(p.name for p in (tmp_path / "idx").glob("*-*.*")) == ["chunks-00002.jsonl", "index-00002.faiss"]
     # a new chunk is found by its own embedding, and its KV states are stored
     new_row = n_old
-    own = encode_with_kv(tiny_model.backbone, [reloaded.text(new_row)], reloaded.config)
+    own = encode_with_kv(tiny_model.backbone, [reloaded.text(new_row)], reloaded.settings)
     assert reloaded.search(own.embeddings, k=1)[1][0, 0] == new_row
     torch.testing.assert_close(reloaded.kv(new_row)[0], _generation_states(tiny_model, reloaded, new_row)[0])
     torch.testing.assert_close(reloaded.kv(0)[0], base.kv(0)[0])
@@ -307,3 +307,16 @@ def test_the_faiss_store_through_the_protocol(tiny_model, docs_file, tmp_path):
     rows = dict(again.describe())
     assert rows["chunks"] == f"{n + 3:,} from {len({c.doc_id for c in again.chunks}):,} documents"
     assert rows["vector index"] == "faiss Flat, inner product" and rows["generation"].startswith("2 (updated")
+
+
+def test_config_is_the_deprecated_name_of_settings(tiny_model, tmp_path):
+    docs = tmp_path / "docs.txt"
+    docs.write_text("Paris is the capital of France.")
+    settings = tiny_model.embed_settings(method="mean")
+    with pytest.warns(DeprecationWarning, match=r"build_index\(config=...\) is deprecated: pass settings="):
+        index = build_index(tiny_model, [docs], tmp_path / "idx", config=settings, show_progress_bar=False)
+    assert index.settings.method == "mean"
+    with pytest.warns(DeprecationWarning, match=r"\.config is deprecated: use \.settings"):
+        assert index.config == index.settings
+    with pytest.raises(TypeError, match="not both"):
+        build_index(tiny_model, [docs], tmp_path / "other", settings=settings, config=settings)

@@ -37,7 +37,7 @@ def _index(model, docs_file, tmp_path, method, **kwargs):
         model,
         [docs_file],
         tmp_path / method,
-        config=config,
+        settings=config,
         chunk_tokens=12,
         overlap=3,
         show_progress_bar=False,

@@ -28,7 +28,7 @@ def real_index(real_model, tmp_path_factory):
     (folder / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in DOCS))
     config = EmbedSettings(method="mean", max_length=128)
     return build_index(
-        real_model, [folder / "docs.jsonl"], folder / "idx", config=config, store_kv=True, show_progress_bar=False
+        real_model, [folder / "docs.jsonl"], folder / "idx", settings=config, store_kv=True, show_progress_bar=False
     )
 
 

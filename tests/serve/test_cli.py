@@ -127,7 +127,7 @@ def test_a_busy_port_fails_before_the_model_loads(tmp_path):
 
 def test_centering_options_reach_the_server(tiny_folder, monkeypatch):
     import genembed.serve
-    from genembed.encoders.centering import centre_cache
+    from genembed.encoders.centering import center_cache
 
     served = {}
     monkeypatch.setattr(
@@ -138,6 +138,6 @@ def test_centering_options_reach_the_server(tiny_folder, monkeypatch):
     assert result.exit_code == 0, result.output
     state = served["state"]
     assert state.model.center and state.settings.center_named_only and state.settings.center_cache_size == 3
-    assert centre_cache(state.model.backbone).max_size == 3
+    assert center_cache(state.model.backbone).max_size == 3
     result = runner.invoke(app, ["serve", "--center-cache-size", "-1"])
     assert result.exit_code == 2 and "--center-cache-size" in result.output

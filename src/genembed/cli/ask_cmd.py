@@ -17,7 +17,9 @@ from ._common import (
     SeedOpt,
     TemperatureOpt,
     load_index_model,
+    max_new_tokens_option,
     rerank_top_option,
+    sampling_options,
     top_option,
 )
 
@@ -44,16 +46,17 @@ def ask(
     rerank: Annotated[bool, typer.Option("--rerank", help="rerank retrieved passages generatively")] = False,
     top: Annotated[int, top_option("passages put in the prompt")] = 3,
     rerank_top: Annotated[int, rerank_top_option("passages retrieved and re-ranked with --rerank")] = 10,
-    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", min=1, help="answer length limit")] = 128,
-    temperature: TemperatureOpt = 0.0,
+    max_new_tokens: Annotated[int | None, max_new_tokens_option("answer length limit")] = None,
+    temperature: TemperatureOpt = None,
     seed: SeedOpt = None,
     no_repeat_ngram: Annotated[
         int | None,
-        typer.Option("--no-repeat-ngram", min=0, help="no n-gram of this size twice in the answer (0: off; default 4)"),
+        typer.Option("--no-repeat-ngram", min=0, help="no n-gram of this size twice in the answer (0: off)"),
     ] = None,
     repetition_penalty: Annotated[
-        float, typer.Option("--repetition-penalty", min=0.01, help="penalise tokens already in the answer (1: off)")
-    ] = 1.0,
+        float | None,
+        typer.Option("--repetition-penalty", min=0.01, help="penalise tokens already in the answer (1: off)"),
+    ] = None,
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
     generator: GeneratorOpt = None,
@@ -70,6 +73,7 @@ def ask(
 
     from genembed.retrieval.context import mode_layout
     from genembed.retrieval.errors import IndexLoadError
+    from genembed.retrieval.rag import ANSWER_SAMPLING
     from genembed.retrieval.rag import ask as rag_ask
     from genembed.retrieval.stores import open_index
 
@@ -77,6 +81,14 @@ def ask(
         typer.secho(f"error: {message}", fg="red", err=True)
         raise typer.Exit(2)
 
+    sampling = sampling_options(
+        ANSWER_SAMPLING,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        seed=seed,
+        no_repeat_ngram_size=no_repeat_ngram,
+        repetition_penalty=repetition_penalty,
+    )
     try:  # everything that can be checked before the model loads
         mode_layout(cache, order)
         index = open_index(_store.location(index_dir, collection, token))
@@ -100,13 +112,9 @@ def ask(
             top_k=top,
             rerank=rerank,
             rerank_candidates=rerank_top,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            seed=seed,
+            sampling=sampling,
             filter=filter,
             recompute=recompute,
-            repetition_penalty=repetition_penalty,
-            **({} if no_repeat_ngram is None else {"no_repeat_ngram_size": no_repeat_ngram}),
             on_text=lambda piece: console.print(piece, end="", markup=False, highlight=False),
         )
     except ValueError as exc:

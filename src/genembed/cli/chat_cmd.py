@@ -19,7 +19,10 @@ from ._common import (
     ModelOpt,
     SeedOpt,
     TemperatureOpt,
+    TopPOpt,
     load_model,
+    max_new_tokens_option,
+    sampling_options,
 )
 
 _HELP = "Type a message; /reset clears the conversation, /exit (or Ctrl-D) quits."
@@ -30,9 +33,9 @@ def chat(
     system: Annotated[
         str | None, typer.Option("--system", "-s", help="system message opening the conversation")
     ] = None,
-    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", min=1, help="tokens per reply")] = 256,
-    temperature: TemperatureOpt = 0.0,
-    top_p: Annotated[float, typer.Option("--top-p", min=0.0, max=1.0, help="nucleus sampling threshold")] = 1.0,
+    max_new_tokens: Annotated[int | None, max_new_tokens_option("tokens per reply")] = None,
+    temperature: TemperatureOpt = None,
+    top_p: TopPOpt = None,
     seed: SeedOpt = None,
     stop: Annotated[list[str] | None, typer.Option("--stop", help="stop string (repeatable)")] = None,
     model: ModelOpt = None,
@@ -43,16 +46,14 @@ def chat(
     center: CenterOpt = None,
 ) -> None:
     """Chat with the model in the terminal (replies stream as they are generated)."""
-    if top_p <= 0.0:
-        raise typer.BadParameter("--top-p must be > 0")
+    sampling = sampling_options(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
     loaded = load_model(model, adapter, dtype, center, device, generator)
     messages: list[dict] = [{"role": "system", "content": system}] if system else []
-    settings = {"max_new_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p, "seed": seed}
 
     def reply(text: str) -> None:
         messages.append({"role": "user", "content": text})
         pieces = []
-        for piece in loaded.generate(messages, stream=True, stop=stop, **settings):
+        for piece in loaded.generate(messages, stream=True, stop=stop, sampling=sampling):
             pieces.append(piece)
             typer.echo(piece, nl=False)
         typer.echo()

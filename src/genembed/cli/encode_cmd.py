@@ -64,30 +64,17 @@ def encode(
 
     if not input_path.is_file():
         fail(f"input file not found: {input_path}")
-    check_settings(
-        method=method,
-        steps=steps,
-        attention=attention,
-        prompt_format=prompt_format,
-        max_length=max_length,
-        batch_size=batch_size,
-    )
+    given = {"method": method, "steps": steps, "attention": attention, "prompt_format": prompt_format}
+    given |= {"max_length": max_length, "batch_size": batch_size}
+    check_settings(**given)
     loaded = load_model(model, adapter, dtype, center, device)  # auto: cuda:LOCAL_RANK where there is CUDA
-    options = model_settings(
-        loaded,
-        method=method,
-        steps=steps,
-        attention=attention,
-        prompt_format=prompt_format,
-        max_length=max_length,
-        batch_size=batch_size,
-    )
+    settings = model_settings(loaded, **given)
     try:
         result = encode_corpus(
             loaded.backbone,
             input_path,
             out,
-            options,
+            settings,
             instruction=instruction,
             normalize=normalize,
             center=loaded.center,

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from ._common import DeviceOpt, DtypeOpt, ModelOpt, TemperatureOpt, adapter_option, load_model, out_option
+from ._common import DeviceOpt, DtypeOpt, ModelOpt, TemperatureOpt, TopPOpt, adapter_option, load_model, out_option
 
 
 def make_gen_data(
@@ -30,7 +30,7 @@ def make_gen_data(
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", min=1, help="tokens per response")] = 128,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="prompts per generation batch")] = 8,
     temperature: TemperatureOpt = 0.0,
-    top_p: Annotated[float, typer.Option("--top-p", min=0.0, max=1.0, help="nucleus sampling threshold")] = 1.0,
+    top_p: TopPOpt = 1.0,
     seed: Annotated[int, typer.Option("--seed", help="seed for sampling and the prompt shuffle")] = 0,
 ) -> None:
     """Generate responses to prompts with the base model and write generative training data.

@@ -104,7 +104,9 @@ def build(
 
     where = _store.location(out, collection, token)
     max_length = chunk_tokens + 256  # room for title + template
-    check_settings(method=method, steps=steps, attention=attention, prompt_format=prompt_format, max_length=max_length)
+    given = {"method": method, "steps": steps, "attention": attention, "prompt_format": prompt_format}
+    given["max_length"] = max_length
+    check_settings(**given)
     try:  # check settings before loading the model
         resolve_kv_dtype(kv_dtype)
         if overlap >= chunk_tokens:
@@ -113,16 +115,13 @@ def build(
     except ValueError as exc:
         _fail(str(exc))
     loaded = load_model(model, adapter, dtype, center, device, generator)
-    config = model_settings(
-        loaded, method=method, steps=steps, attention=attention, prompt_format=prompt_format, max_length=max_length
-    )
-    config = config.replace(center=loaded.center)
+    settings = model_settings(loaded, **given).replace(center=loaded.center)
     try:
         index = build_index(
             loaded,
             sources,
             where,
-            config=config,
+            settings=settings,
             chunk_tokens=chunk_tokens,
             overlap=overlap,
             store_kv=store_kv,
@@ -166,10 +165,10 @@ def add(
     except IndexLoadError as exc:
         _fail(str(exc))
     ref = manifest.get("model", {}).get("ref", {})
-    built_centred = bool(manifest.get("embed", {}).get("center"))
-    if center is not None and center != built_centred:  # one index holds one kind of vector
+    built_centered = bool(manifest.get("embed", {}).get("center"))
+    if center is not None and center != built_centered:  # one index holds one kind of vector
         _fail(
-            f"{index_dir} was built {'with' if built_centred else 'without'} centering and adds the same way: "
+            f"{index_dir} was built {'with' if built_centered else 'without'} centering and adds the same way: "
             f"drop --{'' if center else 'no-'}center, or build a new index"
         )
     loaded = load_index_model(ref, model, adapter, generator, dtype, device)

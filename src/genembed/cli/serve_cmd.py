@@ -8,6 +8,8 @@ from typing import Annotated, Any
 
 import typer
 
+from genembed.encoders.methods import DEFAULT_MAX_STEPS, DEFAULT_METHOD, DEFAULT_STEPS
+
 from ._common import (
     AdapterOpt,
     CenterOpt,
@@ -51,7 +53,7 @@ def serve(
     method: MethodOpt = None,
     steps: StepsOpt = None,
     prompt_format: PromptFormatOpt = None,
-    max_steps: Annotated[int, _limit("highest steps a request may ask for")] = 20,
+    max_steps: Annotated[int, _limit("highest steps a request may ask for")] = DEFAULT_MAX_STEPS,
     max_inputs: Annotated[int, _limit("texts per embeddings request / documents per rerank")] = 256,
     max_input_tokens: Annotated[int, _limit("tokens per prompt (text + instruction + template)")] = 512,
     max_request_tokens: Annotated[int, _limit("prompt tokens per request")] = 32768,
@@ -94,18 +96,17 @@ def serve(
         bool,
         typer.Option(
             "--center-named-only",
-            help="with centering: centre only the named instructions (ready at start-up); a request's own "
-            "instruction is embedded uncentred",
+            help="with centering: center only the named instructions (ready at start-up); a request's own "
+            "instruction is embedded uncentered",
         ),
     ] = False,
     center_cache_size: Annotated[
         int | None,
-        typer.Option("--center-cache-size", min=0, help="centres of other instructions kept in memory (default 128)"),
+        typer.Option("--center-cache-size", min=0, help="centers of other instructions kept in memory (default 128)"),
     ] = None,
 ) -> None:
     """Serve one model: POST /v1/embeddings, /v1/chat/completions, /v1/rerank, /v2/rerank; /metrics; a page at /."""
     _check_port(host, port)  # first: a busy port fails in a second, not after the imports and the model load
-    from genembed.encoders.methods import DEFAULT_METHOD
     from genembed.serve import ServeSettings, create_app, run_server
     from genembed.serve.instructions import load_instructions
     from genembed.serve.server import is_loopback
@@ -116,7 +117,7 @@ def serve(
             api_key=api_key,
             method=method or DEFAULT_METHOD,  # checked here; a saved model's own method replaces it once loaded
             prompt_format=prompt_format,
-            default_steps=steps or 5,
+            default_steps=steps or DEFAULT_STEPS,
             max_steps=max_steps,
             max_inputs=max_inputs,
             max_input_tokens=max_input_tokens,
@@ -125,7 +126,7 @@ def serve(
             max_batch_requests=max_batch_requests,
             max_queue=max_queue,
             max_new_tokens=max_new_tokens,
-            default_max_new_tokens=min(256, max_new_tokens),
+            default_max_new_tokens=min(ServeSettings.default_max_new_tokens, max_new_tokens),
             max_prompt_tokens=max_prompt_tokens,
             instructions=load_instructions(instructions) if instructions is not None else {},
             token_encoding=token_encoding,

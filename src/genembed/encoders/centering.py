@@ -5,27 +5,27 @@ cosine between unrelated training texts is 0.57 at K=5. That squeezes every cosi
 band. Centering removes the shared part. For each instruction and set of encoding settings, the
 model embeds the bundled calibration texts (``genembed/data/calibration.txt``: 64 short texts
 written for this purpose, covering questions, reviews, news, science, medicine, banking and
-scene descriptions). Their mean unit vector ``c`` is the centre, and an embedding ``z`` becomes
+scene descriptions). Their mean unit vector ``c`` is the center, and an embedding ``z`` becomes
 ``normalize(z) - c``, normalised again when asked.
 
-An instruction gets its own centre because it moves every embedding made with it. That is the
-point of instructions, and a single global mean would leave that shift in place. A centre costs one
+An instruction gets its own center because it moves every embedding made with it. That is the
+point of instructions, and a single global mean would leave that shift in place. A center costs one
 encoding of the calibration texts (seconds on a CPU; docs/serving.md gives the measured cost), so
 it is looked up before it is computed, in this order:
 
-1. the centres stored with the model: ``centres.safetensors`` in a folder written by ``model.save``
-   or in a shipped adapter's folder, holding its named instructions' centres (:func:`load_centres`;
+1. the centers stored with the model: ``centers.safetensors`` in a folder written by ``model.save``
+   or in a shipped adapter's folder, holding its named instructions' centers (:func:`load_centers`;
    used at any dtype: the shipped ones were computed in float32);
-2. the centres of this loaded model used lately, at most :attr:`CentreCache.max_size`
+2. the centers of this loaded model used lately, at most :attr:`CenterCache.max_size`
    (:data:`DEFAULT_CACHE_SIZE`) of them, least recently used dropped first;
 3. the disk cache, keyed by a digest of the model's weights, the settings and the instruction
-   (:mod:`genembed.encoders.centre_files`; ``GENEMBED_CENTRE_CACHE=off`` turns it off).
+   (:mod:`genembed.encoders.center_files`; ``GENEMBED_CENTER_CACHE=off`` turns it off).
 
 Only then are the calibration texts encoded. ``experiments/embedding_centering.py`` measures the
 effect of centering on the dev tasks.
 
 Centering is applied after the raw embeddings are computed. The evaluation cache stores raw
-embeddings and centres on lookup, so this module is left out of the cache's code fingerprint.
+embeddings and centers on lookup, so this module is left out of the cache's code fingerprint.
 """
 
 from __future__ import annotations
@@ -41,29 +41,29 @@ from typing import Any
 
 import torch
 
-from . import centre_files
+from . import center_files
 from .embedder import encode_texts
 from .settings import EMBEDDING_FIELDS, EmbedSettings
 
 __all__ = [
     "DEFAULT_CACHE_SIZE",
-    "CentreCache",
-    "apply_centre",
+    "CenterCache",
+    "apply_center",
     "calibration_digest",
     "calibration_texts",
-    "centre",
-    "centre_cache",
-    "centre_key",
-    "clear_centres",
-    "load_centres",
-    "save_centres",
+    "center_cache",
+    "center_key",
+    "clear_centers",
+    "instruction_center",
+    "load_centers",
+    "save_centers",
 ]
 
 _CALIBRATION = "calibration.txt"
-DEFAULT_CACHE_SIZE = 128  # centres of ad-hoc instructions kept in memory per loaded model
-# model -> its CentreCache; keyed by the torch module, so attaching an adapter (a new PeftModel) or
-# loading another model starts afresh, and a dropped model frees its centres
-_CACHES: weakref.WeakKeyDictionary[Any, CentreCache] = weakref.WeakKeyDictionary()
+DEFAULT_CACHE_SIZE = 128  # centers of ad-hoc instructions kept in memory per loaded model
+# model -> its CenterCache; keyed by the torch module, so attaching an adapter (a new PeftModel) or
+# loading another model starts afresh, and a dropped model frees its centers
+_CACHES: weakref.WeakKeyDictionary[Any, CenterCache] = weakref.WeakKeyDictionary()
 
 
 @lru_cache(maxsize=1)
@@ -75,29 +75,29 @@ def calibration_texts() -> tuple[str, ...]:
 
 @lru_cache(maxsize=1)
 def calibration_digest() -> str:
-    """sha256 of the bundled calibration texts the centres are computed from."""
+    """sha256 of the bundled calibration texts the centers are computed from."""
     return hashlib.sha256("\n".join(calibration_texts()).encode("utf-8")).hexdigest()
 
 
-def centre_key(options: EmbedSettings, instruction: str, *, all_steps: bool = False) -> str:
-    """The name a centre is kept under: the instruction, ``all_steps`` and the settings that change
+def center_key(settings: EmbedSettings, instruction: str, *, all_steps: bool = False) -> str:
+    """The name a center is kept under: the instruction, ``all_steps`` and the settings that change
     embeddings (:data:`~genembed.encoders.settings.EMBEDDING_FIELDS`; a single-pass method's step
     settings change nothing, so they are left out)."""
-    fields = {name: getattr(options, name) for name in EMBEDDING_FIELDS}
-    if not options.rules.uses_steps:
+    fields = {name: getattr(settings, name) for name in EMBEDDING_FIELDS}
+    if not settings.rules.uses_steps:
         for name in ("steps", "adaptive", "stop_tol"):
             fields.pop(name)
-    return centre_files.key_name({"instruction": instruction, "all_steps": all_steps, **fields})
+    return center_files.key_name({"instruction": instruction, "all_steps": all_steps, **fields})
 
 
-class CentreCache:
-    """The centres of one loaded model: those stored with it and, at most ``max_size``, others used lately.
+class CenterCache:
+    """The centers of one loaded model: those stored with it and, at most ``max_size``, others used lately.
 
     Attributes:
-        stored: key -> centre, loaded from the model's ``centres.safetensors`` or kept with
+        stored: key -> center, loaded from the model's ``centers.safetensors`` or kept with
             :meth:`keep` (never dropped).
-        max_size: how many other centres stay in memory; the least recently used go first.
-        computed: how many centres were computed (encoding the calibration texts) for this model.
+        max_size: how many other centers stay in memory; the least recently used go first.
+        computed: how many centers were computed (encoding the calibration texts) for this model.
     """
 
     def __init__(self, max_size: int = DEFAULT_CACHE_SIZE):
@@ -114,12 +114,12 @@ class CentreCache:
     @max_size.setter
     def max_size(self, value: int) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"the centre cache size must be an int >= 0, got {value!r}")
+            raise ValueError(f"the center cache size must be an int >= 0, got {value!r}")
         self._max_size = value
         self._trim()
 
     def __len__(self) -> int:
-        """Centres held in memory besides the stored ones."""
+        """Centers held in memory besides the stored ones."""
         return len(self._recent)
 
     def get(self, key: str) -> torch.Tensor | None:
@@ -136,7 +136,7 @@ class CentreCache:
         self._trim()
 
     def keep(self, key: str, value: torch.Tensor) -> None:
-        """Keep a centre with the stored ones, for the model's life (a server's named instructions)."""
+        """Keep a center with the stored ones, for the model's life (a server's named instructions)."""
         self.stored[key] = value
         self._recent.pop(key, None)
 
@@ -145,57 +145,59 @@ class CentreCache:
             self._recent.popitem(last=False)
 
 
-def centre_cache(backbone: Any) -> CentreCache:
-    """The :class:`CentreCache` of a loaded backbone (made on first use)."""
+def center_cache(backbone: Any) -> CenterCache:
+    """The :class:`CenterCache` of a loaded backbone (made on first use)."""
     cache = _CACHES.get(backbone.model)
     if cache is None:
-        cache = _CACHES[backbone.model] = CentreCache()
+        cache = _CACHES[backbone.model] = CenterCache()
     return cache
 
 
-def centre(backbone: Any, options: EmbedSettings, instruction: str, *, all_steps: bool = False) -> torch.Tensor:
-    """The centre for embeddings made with ``options`` and ``instruction``.
+def instruction_center(
+    backbone: Any, settings: EmbedSettings, instruction: str, *, all_steps: bool = False
+) -> torch.Tensor:
+    """The center for embeddings made with ``settings`` and ``instruction``.
 
-    Looked up in the model's stored centres, its recent ones and the disk cache before it is computed
+    Looked up in the model's stored centers, its recent ones and the disk cache before it is computed
     (see the module docstring).
 
     Returns:
         The mean of the calibration texts' L2-normalised embeddings: ``(D,)``, or ``(K, D)``, one
-        centre per step, with ``all_steps`` (GIRCSE ``return_all_steps``).
+        center per step, with ``all_steps`` (GIRCSE ``return_all_steps``).
     """
-    cache = centre_cache(backbone)
-    key = centre_key(options, instruction, all_steps=all_steps)
+    cache = center_cache(backbone)
+    key = center_key(settings, instruction, all_steps=all_steps)
     found = cache.get(key)
     if found is not None:
         return found
     if cache.model_id is None:
         cache.model_id = _weights_digest(backbone)
-    found = centre_files.read_cached(cache.model_id, key, calibration_digest())
+    found = center_files.read_cached(cache.model_id, key, calibration_digest())
     if found is None:
         embeddings, _ = encode_texts(
             backbone,
             list(calibration_texts()),
-            options,
+            settings,
             instruction=instruction,
             return_all_steps=all_steps,
             show_progress_bar=False,
         )
         found = torch.nn.functional.normalize(embeddings.float(), dim=-1).mean(dim=0)
         cache.computed += 1
-        centre_files.write_cached(cache.model_id, key, calibration_digest(), found)
+        center_files.write_cached(cache.model_id, key, calibration_digest(), found)
     cache.put(key, found)
     return found
 
 
-def apply_centre(embeddings: torch.Tensor, centre_vector: torch.Tensor) -> torch.Tensor:
-    """``normalize(embeddings) - centre`` (not normalised again; callers normalise as asked)."""
+def apply_center(embeddings: torch.Tensor, center_vector: torch.Tensor) -> torch.Tensor:
+    """``normalize(embeddings) - center`` (not normalised again; callers normalise as asked)."""
     if not embeddings.numel():
         return embeddings
-    return torch.nn.functional.normalize(embeddings.float(), dim=-1) - centre_vector
+    return torch.nn.functional.normalize(embeddings.float(), dim=-1) - center_vector
 
 
-def clear_centres(backbone: Any | None = None) -> None:
-    """Forget the centres held in memory (of one backbone, or all) and the stored ones, e.g. after
+def clear_centers(backbone: Any | None = None) -> None:
+    """Forget the centers held in memory (of one backbone, or all) and the stored ones, e.g. after
     changing a model's weights in place (its disk cache entries then no longer match its weights)."""
     if backbone is None:
         _CACHES.clear()
@@ -203,32 +205,32 @@ def clear_centres(backbone: Any | None = None) -> None:
         _CACHES.pop(backbone.model, None)
 
 
-def save_centres(
-    backbone: Any, folder: str | os.PathLike, options: EmbedSettings, instructions: list[str]
+def save_centers(
+    backbone: Any, folder: str | os.PathLike, settings: EmbedSettings, instructions: list[str]
 ) -> dict[str, torch.Tensor]:
-    """Compute (or look up) the centres of ``instructions`` with ``options`` and write them, with the
-    centres already stored with the model, to ``folder/centres.safetensors``; return what was written.
+    """Compute (or look up) the centers of ``instructions`` with ``settings`` and write them, with the
+    centers already stored with the model, to ``folder/centers.safetensors``; return what was written.
 
     ``model.save`` calls it for the model's named instructions (``prompts``)."""
-    centres = dict(centre_cache(backbone).stored)
+    centers = dict(center_cache(backbone).stored)
     for instruction in dict.fromkeys(instructions):
-        centres[centre_key(options, instruction)] = centre(backbone, options, instruction)
-    centre_files.write_centres(Path(folder) / centre_files.CENTRES_FILE, centres, calibration_digest())
-    return centres
+        centers[center_key(settings, instruction)] = instruction_center(backbone, settings, instruction)
+    center_files.write_centers(Path(folder) / center_files.CENTERS_FILE, centers, calibration_digest())
+    return centers
 
 
-def load_centres(backbone: Any, folder: str | os.PathLike) -> int:
-    """Use the centres stored in ``folder/centres.safetensors`` (when there is one) for this backbone;
-    return how many. Only for the weights saved in ``folder``: the centres belong to them.
+def load_centers(backbone: Any, folder: str | os.PathLike) -> int:
+    """Use the centers stored in ``folder/centers.safetensors`` (when there is one) for this backbone;
+    return how many. Only for the weights saved in ``folder``: the centers belong to them.
 
     Raises:
         DamagedFileError: the file is not a readable safetensors file.
     """
-    path = Path(folder) / centre_files.CENTRES_FILE
+    path = Path(folder) / center_files.CENTERS_FILE
     if not path.is_file():
         return 0
-    stored = centre_files.read_centres(path, calibration_digest())
-    centre_cache(backbone).stored.update(stored)
+    stored = center_files.read_centers(path, calibration_digest())
+    center_cache(backbone).stored.update(stored)
     return len(stored)
 
 
@@ -236,7 +238,7 @@ def _weights_digest(backbone: Any) -> str:
     """A digest of the backbone's weights, what the disk cache keys by: each tensor's name, dtype, shape
     and about 4,096 of its values, evenly spaced (reading every weight of the default model takes
     about a second on a CPU; a training step or another checkpoint changes the sampled values too).
-    Weights changed in place change it (call :func:`clear_centres` so it is computed again)."""
+    Weights changed in place change it (call :func:`clear_centers` so it is computed again)."""
     h = hashlib.sha256(str(getattr(backbone, "name", "")).encode())
     with torch.no_grad():
         for name, tensor in backbone.model.state_dict().items():

@@ -31,6 +31,12 @@ from .soft_tokens import generate_soft_tokens
 
 __all__ = ["BatchEmbeddings", "embed_prepared"]
 
+# single-pass pooling by name: (last hidden states, text mask, each row's last token state) -> (B, D)
+_SINGLE_PASS_POOLING = {
+    "mean": lambda hidden, text_mask, last: masked_mean(hidden, text_mask),
+    "last": lambda hidden, text_mask, last: last,
+}
+
 
 @dataclass
 class BatchEmbeddings:
@@ -63,6 +69,8 @@ def embed_prepared(
         fast: the inference fast path of ``model`` (:meth:`FastDecoder.build`), or None for transformers.
     """
     rules = settings.rules
+    if not rules.uses_steps and rules.pooling not in _SINGLE_PASS_POOLING:
+        raise ValueError(f"single-pass pooling must be one of {tuple(_SINGLE_PASS_POOLING)}, got {rules.pooling!r}")
     causal = settings.attention == "causal"
     stop_tol = settings.stop_tol if settings.adaptive else None
     if rules.uses_steps:
@@ -104,5 +112,5 @@ def embed_prepared(
         )
         hidden, text_mask, cache = out.last_hidden_state, batch.text_mask, out.cache
         last = last_token_pool(hidden)  # left padding puts every row's last token at -1
-    pooled = last if rules.pooling == "last" else masked_mean(hidden, text_mask)
+    pooled = _SINGLE_PASS_POOLING[rules.pooling](hidden, text_mask, last)
     return BatchEmbeddings(pooled[:, None], None, cache)  # (B, 1, D)

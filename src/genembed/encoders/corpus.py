@@ -44,7 +44,7 @@ from .._files import (
     remove_temp_files,
     require_field,
 )
-from .centering import apply_centre, centre
+from .centering import apply_center, instruction_center
 from .embedder import encode_texts
 from .settings import EMBEDDING_FIELDS, EmbedSettings
 
@@ -145,7 +145,7 @@ def encode_corpus(
     backbone: Any,
     input_path: str | os.PathLike,
     out_dir: str | os.PathLike,
-    options: EmbedSettings,
+    settings: EmbedSettings,
     *,
     instruction: str = "",
     normalize: bool = True,
@@ -164,10 +164,10 @@ def encode_corpus(
         backbone: a loaded :class:`~genembed.backbone.loading.Backbone` (``genembed.load().backbone``).
         input_path: a JSON-lines file (see :func:`read_records` for the record format).
         out_dir: the output folder (created if needed).
-        options: how to encode (:meth:`EmbedSettings.build`).
+        settings: how to encode (:meth:`EmbedSettings.build`).
         instruction: the instruction for every record ("" for none, as documents usually are).
         normalize: L2-normalize the embeddings.
-        center: subtract the instruction's centre (:mod:`genembed.encoders.centering`), as
+        center: subtract the instruction's center (:mod:`genembed.encoders.centering`), as
             :meth:`genembed.GenerativeEmbedder.encode` does for a model with ``center=True``.
         shard_size: records per shard; also the granularity of resuming and of data parallelism.
         text_field, id_field, title_field: record fields (``title_field`` None to ignore titles).
@@ -192,7 +192,7 @@ def encode_corpus(
             backbone,
             input_path,
             out_dir,
-            options,
+            settings,
             rank=rank,
             world=world,
             instruction=instruction,
@@ -210,7 +210,7 @@ def _encode_shards(
     backbone: Any,
     input_path: Path,
     out_dir: Path,
-    options: EmbedSettings,
+    settings: EmbedSettings,
     *,
     rank: int,
     world: int,
@@ -229,7 +229,7 @@ def _encode_shards(
     n_shards = -(-total // shard_size)
     config = {
         "model": model_name,
-        **{name: getattr(options, name) for name in EMBEDDING_FIELDS},
+        **{name: getattr(settings, name) for name in EMBEDDING_FIELDS},
         "instruction": instruction,
         "normalize": normalize,
         **({"center": True} if center else {}),  # absent when off, so older folders still resume
@@ -266,9 +266,9 @@ def _encode_shards(
     with bar:
         for shard in todo:
             ids, texts = _take_shard(records, shard, shard_size)
-            embeddings, _ = encode_texts(backbone, texts, options, instruction=instruction, show_progress_bar=False)
+            embeddings, _ = encode_texts(backbone, texts, settings, instruction=instruction, show_progress_bar=False)
             if center:
-                embeddings = apply_centre(embeddings, centre(backbone, options, instruction))
+                embeddings = apply_center(embeddings, instruction_center(backbone, settings, instruction))
             if normalize and embeddings.numel():
                 embeddings = torch.nn.functional.normalize(embeddings, dim=-1)
             npy, ids_path = _shard_paths(out_dir, shard)

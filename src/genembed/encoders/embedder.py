@@ -42,7 +42,7 @@ def validate_texts(texts: Any) -> tuple[list[str], bool]:
 def encode_texts(
     backbone: Any,
     texts: list[str],
-    options: EmbedSettings,
+    settings: EmbedSettings,
     *,
     instruction: str = "",
     return_all_steps: bool = False,
@@ -51,8 +51,8 @@ def encode_texts(
     """Encode texts; return un-normalized embeddings ``(n, D)`` (or ``(n, K, D)`` with
     ``return_all_steps``) in input order, and for adaptive GIRCSE the steps used per text."""
     # (no texts: no check that max_length leaves room for them)
-    prompts = options.prompts(backbone.tokenizer, texts, instruction) if texts else []
-    return embed_prompts(backbone, prompts, options, return_all_steps=return_all_steps, progress=show_progress_bar)
+    prompts = settings.prompts(backbone.tokenizer, texts, instruction) if texts else []
+    return embed_prompts(backbone, prompts, settings, return_all_steps=return_all_steps, progress=show_progress_bar)
 
 
 BatchCallback = Callable[[list[int], Batch, BatchEmbeddings], None]
@@ -62,7 +62,7 @@ BatchCallback = Callable[[list[int], Batch, BatchEmbeddings], None]
 def embed_prompts(
     backbone: Any,
     prompts: list[EncodedPrompt],
-    options: EmbedSettings,
+    settings: EmbedSettings,
     *,
     return_all_steps: bool = False,
     keep_kv: bool = False,
@@ -74,7 +74,7 @@ def embed_prompts(
     Args:
         backbone: a :class:`~genembed.backbone.loading.Backbone`.
         prompts: from :func:`~genembed.encoders.prompts.encode_prompts`.
-        options: how to embed (``options.batch_size`` prompts per pass).
+        settings: how to embed (``settings.batch_size`` prompts per pass).
         return_all_steps: ``(n, K, D)`` embeddings ``z_1..z_K``.
         keep_kv: keep each batch's KV cache for ``on_batch`` (the transformers path, not the fast path).
         on_batch: called with each batch's prompt indices, the batch and its :class:`BatchEmbeddings`.
@@ -82,21 +82,21 @@ def embed_prompts(
     """
     model = backbone.model
     device = next(model.parameters()).device
-    steps = options.rules.steps(options.steps)
+    steps = settings.rules.steps(settings.steps)
     if not prompts:
         dim = model.config.hidden_size if hasattr(model, "config") else None
         return torch.zeros((0, steps, dim) if return_all_steps else (0, dim)), None
-    batches = length_sorted_batches([len(p.ids) for p in prompts], options.batch_size)
+    batches = length_sorted_batches([len(p.ids) for p in prompts], settings.batch_size)
     results: list[torch.Tensor | None] = [None] * len(prompts)
     used: list[int] = [steps] * len(prompts)
-    fast = FastDecoder.build(model) if options.fast_path and options.use_cache and not keep_kv else None
+    fast = FastDecoder.build(model) if settings.fast_path and settings.use_cache and not keep_kv else None
     from tqdm.auto import tqdm
 
     disable = not (len(batches) > 8 if progress is None else progress)
-    with tqdm(total=len(prompts), desc=f"encode ({options.method})", disable=disable, unit="text") as bar:
+    with tqdm(total=len(prompts), desc=f"encode ({settings.method})", disable=disable, unit="text") as bar:
         for indices in batches:
             batch = collate([prompts[i] for i in indices], backbone.tokenizer.pad_token_id).to(device)
-            out = embed_prepared(model, batch, options, keep_kv=keep_kv, fast=fast)
+            out = embed_prepared(model, batch, settings, keep_kv=keep_kv, fast=fast)
             vectors = out.steps if return_all_steps else out.final
             for row, i in enumerate(indices):
                 results[i] = vectors[row].float().cpu()
@@ -106,7 +106,7 @@ def embed_prompts(
                 on_batch(indices, batch, out)
             bar.update(len(indices))
     stacked = torch.stack(results)  # type: ignore[arg-type]
-    return stacked, (torch.tensor(used) if options.adaptive else None)
+    return stacked, (torch.tensor(used) if settings.adaptive else None)
 
 
 def to_output(

@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from ..backbone.attention import decoder_stack
+from .methods import DEFAULT_TAU
 from .soft_tokens import SoftTokenOutput, output_head, soft_token_loop
 
 __all__ = ["FastDecoder", "KVCache", "right_pad"]
@@ -376,7 +377,7 @@ class FastDecoder:
         attention_mask: torch.Tensor,
         *,
         steps: int,
-        tau: float = 1.0,
+        tau: float = DEFAULT_TAU,
         causal: bool = True,
         stop_tol: float | None = None,
     ) -> SoftTokenOutput:

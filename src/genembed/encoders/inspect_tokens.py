@@ -25,7 +25,7 @@ class SoftTokenStep:
 
 @torch.inference_mode()
 def inspect_soft_tokens(
-    backbone: Any, text: str, options: EmbedSettings, *, instruction: str = "", top: int = 8
+    backbone: Any, text: str, settings: EmbedSettings, *, instruction: str = "", top: int = 8
 ) -> list[SoftTokenStep]:
     """Per step, the ``top`` most probable tokens of ``p_k`` for one text."""
     if not isinstance(text, str):
@@ -34,7 +34,7 @@ def inspect_soft_tokens(
         raise ValueError(f"top must be >= 1, got {top}")
     tokenizer = backbone.tokenizer
     prompt = encode_prompts(
-        tokenizer, [text], instruction=instruction, prompt_format=options.prompt_format, max_length=options.max_length
+        tokenizer, [text], instruction=instruction, prompt_format=settings.prompt_format, max_length=settings.max_length
     )
     device = next(backbone.model.parameters()).device
     batch = collate(prompt, tokenizer.pad_token_id).to(device)
@@ -42,13 +42,13 @@ def inspect_soft_tokens(
         backbone.model,
         batch.input_ids,
         batch.attention_mask,
-        steps=options.steps,
-        tau=options.tau,
-        attention=options.attention,
+        steps=settings.steps,
+        tau=settings.tau,
+        attention=settings.attention,
         top=min(top, len(tokenizer)),
     )
     steps = []
-    for k in range(options.steps):
+    for k in range(settings.steps):
         ids, probs = out.top_ids[0, k].tolist(), out.top_probs[0, k].tolist()
         steps.append(SoftTokenStep(k + 1, [(tokenizer.decode([i]), p) for i, p in zip(ids, probs, strict=True)]))
     return steps

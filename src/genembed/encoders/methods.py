@@ -21,7 +21,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_METHOD", "METHODS", "METHOD_RULES", "SOFT_TOKEN_METHOD", "MethodRules", "method_rules"]
+__all__ = [
+    "DEFAULT_MAX_STEPS",
+    "DEFAULT_METHOD",
+    "DEFAULT_STEPS",
+    "DEFAULT_TAU",
+    "METHODS",
+    "POOLINGS",
+    "METHOD_RULES",
+    "SOFT_TOKEN_METHOD",
+    "MethodRules",
+    "method_rules",
+]
+
+
+# how a method pools: K generated soft tokens' states, or one pass's text tokens (mean) or last token
+POOLINGS = ("soft_tokens", "mean", "last")
 
 
 @dataclass(frozen=True)
@@ -33,6 +48,10 @@ class MethodRules:
     prompt_format: str  # the default prompt format (a name in genembed.encoders.prompts.PROMPT_FORMATS)
     fixed_attention: str | None  # the attention the method always uses; None: the caller's (causal by default)
     loss: str  # the contrastive training loss: "icr" (stepwise, over z_1..z_K) or "info_nce"
+
+    def __post_init__(self) -> None:
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r} (method {self.name!r})")
 
     @property
     def uses_steps(self) -> bool:
@@ -66,6 +85,9 @@ METHOD_RULES: dict[str, MethodRules] = {
 }
 METHODS = tuple(METHOD_RULES)
 DEFAULT_METHOD = METHODS[0]  # gircse, what the shipped adapter was trained for
+DEFAULT_STEPS = 5  # soft tokens K when none are asked for (what the shipped adapter was trained with)
+DEFAULT_TAU = 1.0  # soft-token softmax temperature (GIRCSE's)
+DEFAULT_MAX_STEPS = 20  # adaptive steps (``steps="auto"``) stop at this K; the server's highest K
 
 
 def method_rules(method: str) -> MethodRules:

@@ -14,13 +14,13 @@ from typing import Any
 
 from ..backbone.attention import check_attention
 from .instructions import DEFAULT_QUERY_INSTRUCTION
-from .methods import DEFAULT_METHOD, MethodRules, method_rules
+from .methods import DEFAULT_MAX_STEPS, DEFAULT_METHOD, DEFAULT_STEPS, DEFAULT_TAU, MethodRules, method_rules
 from .prompts import PROMPT_FORMATS, EncodedPrompt, encode_prompts
 
 __all__ = ["EMBEDDING_FIELDS", "EmbedSettings"]
 
 # the fields that decide an encoded text's embedding (not batch size, fast path or index-side settings):
-# what centres are memoised under and what a resumable ``genembed encode`` folder records
+# what centers are memoised under and what a resumable ``genembed encode`` folder records
 EMBEDDING_FIELDS = ("method", "steps", "adaptive", "stop_tol", "attention", "prompt_format", "tau", "max_length")
 EMBEDDING_FIELDS += ("use_cache",)
 
@@ -38,12 +38,12 @@ class EmbedSettings:
     """
 
     method: str = DEFAULT_METHOD  # a name in genembed.encoders.methods.METHODS
-    steps: int = 5  # K soft tokens (soft-token methods); with ``adaptive`` the cap
+    steps: int = DEFAULT_STEPS  # K soft tokens (soft-token methods); with ``adaptive`` the cap
     adaptive: bool = False  # stop each text when cos(z_k, z_{k-1}) > stop_tol
     stop_tol: float = 0.999
     attention: str | None = None  # None: the method's (causal unless the method fixes it)
     prompt_format: str | None = None  # one of PROMPT_FORMATS (chat, plain, gircse, gritlm); None or "": the method's
-    tau: float = 1.0  # soft-token softmax temperature
+    tau: float = DEFAULT_TAU  # soft-token softmax temperature
     max_length: int = 512  # tokens per prompt (instruction and template included); longer texts are cut
     batch_size: int = 32  # texts per forward pass (changes no embedding)
     use_cache: bool = True  # KV-cached soft tokens; False recomputes the sequence every step (reference)
@@ -51,7 +51,7 @@ class EmbedSettings:
     checkpoint_chunk: int = 0  # training: > 0 recomputes chunks of this many texts in the backward pass
     query_instruction: str = DEFAULT_QUERY_INSTRUCTION  # indexes: the instruction queries get
     doc_instruction: str = ""  # indexes: the instruction documents get
-    center: bool = False  # indexes: subtract each instruction's centre (genembed.encoders.centering)
+    center: bool = False  # indexes: subtract each instruction's center (genembed.encoders.centering)
 
     def __post_init__(self) -> None:
         rules = method_rules(self.method)
@@ -73,7 +73,9 @@ class EmbedSettings:
         object.__setattr__(self, "prompt_format", prompt_format)
 
     @classmethod
-    def build(cls, *, steps: int | str = 5, max_steps: int = 20, **fields: Any) -> EmbedSettings:
+    def build(
+        cls, *, steps: int | str = DEFAULT_STEPS, max_steps: int = DEFAULT_MAX_STEPS, **fields: Any
+    ) -> EmbedSettings:
         """Settings with ``steps`` a number or ``"auto"`` (adaptive, at most ``max_steps``)."""
         if steps == "auto":
             return cls(steps=max_steps, adaptive=True, **fields)

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from ..backbone.attention import run_decoder
+from .methods import DEFAULT_TAU
 
 __all__ = ["SoftTokenOutput", "generate_soft_tokens", "output_head", "soft_token_loop"]
 
@@ -65,7 +66,7 @@ def generate_soft_tokens(
     attention_mask: torch.Tensor,
     *,
     steps: int,
-    tau: float = 1.0,
+    tau: float = DEFAULT_TAU,
     attention: str = "causal",
     use_cache: bool = True,
     stop_tol: float | None = None,

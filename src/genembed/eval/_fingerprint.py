@@ -10,7 +10,7 @@ from typing import Any
 
 __all__ = ["code_fingerprint", "digest", "folder_fingerprint", "tensors_fingerprint"]
 
-_APPLIED_AFTER_CACHE = {"centering.py", "centre_files.py"}
+_APPLIED_AFTER_CACHE = {"centering.py", "center_files.py"}
 
 
 def digest(obj: Any, size: int = 12) -> str:
@@ -42,7 +42,7 @@ def tensors_fingerprint(named_tensors: Any) -> str:
 def code_fingerprint() -> str:
     """Digest of genembed's backbone and encoder sources, so a code change invalidates cached embeddings.
 
-    ``encoders/centering.py`` and ``encoders/centre_files.py`` are left out: the cache holds raw
+    ``encoders/centering.py`` and ``encoders/center_files.py`` are left out: the cache holds raw
     embeddings and centering is applied after lookup (:class:`genembed.eval.encoding.TextEmbedder`).
     """
     root = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..encoders.methods import DEFAULT_METHOD, SOFT_TOKEN_METHOD, method_rules
+from ..encoders.methods import DEFAULT_METHOD, DEFAULT_STEPS, SOFT_TOKEN_METHOD, method_rules
 from ..encoders.settings import EmbedSettings
 from ._fingerprint import code_fingerprint, digest, folder_fingerprint, tensors_fingerprint
 
@@ -40,11 +40,11 @@ class GenembedEncoder:
     Args:
         model: the loaded model (``genembed.load()``).
         method: ``gircse``, ``mean``, ``last`` or ``grit``.
-        steps: GIRCSE soft-token counts K to report (e.g. ``(1, 3, 5, 10, 20)``; default 5); gircse only.
+        steps: GIRCSE soft-token counts to report (e.g. ``(1, 3, 5, 10, 20)``; default ``DEFAULT_STEPS``); gircse only.
         attention, prompt_format, max_length, batch_size: as in :meth:`GenerativeEmbedder.encode`.
         center: per-instruction centering (:mod:`genembed.encoders.centering`); None: the model's
             default (``model.center``). The cache keeps raw embeddings either way;
-            :class:`~genembed.eval.encoding.TextEmbedder` centres them with :meth:`centre_for`.
+            :class:`~genembed.eval.encoding.TextEmbedder` centers them with :meth:`center_for`.
     """
 
     def __init__(
@@ -63,9 +63,9 @@ class GenembedEncoder:
         self.center = bool(getattr(model, "center", False)) if center is None else center
         if not method_rules(method).uses_steps and steps is not None:
             raise ValueError(f"steps apply only to method {SOFT_TOKEN_METHOD!r}, not {method!r}")
-        self.steps = parse_steps(5 if steps is None else steps)
+        self.steps = parse_steps(DEFAULT_STEPS if steps is None else steps)
         # validates every setting and resolves the defaults (prompt format, attention) once
-        self.options = EmbedSettings.build(
+        self.embed_settings = EmbedSettings.build(
             method=method,
             steps=max(self.steps),
             attention=attention,
@@ -78,12 +78,12 @@ class GenembedEncoder:
 
     @property
     def name(self) -> str:
-        o = self.options
-        return f"{self.model.name} {o.method} {o.attention} {o.prompt_format}" + (" centred" if self.center else "")
+        o = self.embed_settings
+        return f"{self.model.name} {o.method} {o.attention} {o.prompt_format}" + (" centered" if self.center else "")
 
     def settings(self) -> dict[str, Any]:
         """The encoding settings, for reports."""
-        o = self.options
+        o = self.embed_settings
         out = {"model": self.model.backbone.name, "adapter": self.model.adapter, "method": o.method}
         out |= {"steps": list(self.steps) if method_rules(o.method).uses_steps else None, "attention": o.attention}
         out |= {"prompt_format": o.prompt_format, "max_length": o.max_length, "batch_size": o.batch_size}
@@ -113,7 +113,7 @@ class GenembedEncoder:
             for n, p in sorted(lm.named_parameters())
             if ("lora_" in n or "modules_to_save" in n) and generation not in n
         ]
-        o = self.options
+        o = self.embed_settings
         return digest(
             {
                 "model": [backbone.name, backbone.path, weights],
@@ -125,7 +125,7 @@ class GenembedEncoder:
         )
 
     def _encode(self, texts: list[str], instruction: str, *, all_steps: bool) -> np.ndarray:
-        o = self.options
+        o = self.embed_settings
         return self.model.encode(
             texts,
             instruction=instruction,
@@ -137,11 +137,11 @@ class GenembedEncoder:
             batch_size=o.batch_size,
             show_progress_bar=False,
             return_all_steps=all_steps,
-            center=False,  # raw embeddings for the cache; centre_for gives the shift
+            center=False,  # raw embeddings for the cache; center_for gives the shift
         )
 
     def calibration_texts(self) -> tuple[str, ...] | None:
-        """With centering, the texts whose mean normalised raw embedding is an instruction's centre (the
+        """With centering, the texts whose mean normalised raw embedding is an instruction's center (the
         harness takes them through its cache); None without."""
         if not self.center:
             return None
@@ -149,14 +149,14 @@ class GenembedEncoder:
 
         return calibration_texts()
 
-    def centre_for(self, instruction: str) -> np.ndarray | None:
-        """The centre subtracted from this instruction's normalised embeddings, ``(n_views or 1, dim)``,
+    def center_for(self, instruction: str) -> np.ndarray | None:
+        """The center subtracted from this instruction's normalised embeddings, ``(n_views or 1, dim)``,
         or None without centering."""
         if not self.center:
             return None
-        from ..encoders.centering import centre
+        from ..encoders.centering import instruction_center
 
-        shift = centre(self.model.backbone, self.options, instruction, all_steps=bool(self.views))
+        shift = instruction_center(self.model.backbone, self.embed_settings, instruction, all_steps=bool(self.views))
         shift = shift[[k - 1 for k in self.steps]] if self.views else shift[None]
         return shift.numpy().astype(np.float32)
 
@@ -167,7 +167,7 @@ class GenembedEncoder:
     def encode_views(self, texts: list[str], *, instruction: str) -> np.ndarray:
         """``(n, len(steps), dim)``: ``z_k`` for each requested k, from one run (gircse only)."""
         if not self.views:
-            raise ValueError(f"method {self.options.method!r} has one embedding per text; use encode()")
+            raise ValueError(f"method {self.embed_settings.method!r} has one embedding per text; use encode()")
         all_steps = self._encode(texts, instruction, all_steps=True)  # (n, K_max, dim)
         return all_steps[:, [k - 1 for k in self.steps]]
 

@@ -42,7 +42,7 @@ class TextEmbedder:
             self.cache.register(encoder.cache_key, encoder.name)
         self.chunk_size = chunk_size
         self.progress = progress
-        self._centres: dict[str, np.ndarray | None] = {}
+        self._centers: dict[str, np.ndarray | None] = {}
         self.reset_stats()
 
     @property
@@ -59,7 +59,7 @@ class TextEmbedder:
         unique = list(dict.fromkeys(texts))
         self.stats["texts"] += len(texts)
         table = self._normalised(unique, instruction, desc, record=True)  # (n_unique, V, D)
-        shift = self._centre(instruction)
+        shift = self._center(instruction)
         if shift is not None:  # centering is applied after the cache, which holds raw embeddings
             table = l2_normalize(table - shift[None])
         position = {text: i for i, text in enumerate(unique)}
@@ -78,14 +78,14 @@ class TextEmbedder:
             raise ValueError(f"embeddings of different sizes {sorted(dims)} for one encoder; clear the cache")
         return l2_normalize(np.stack([found[i] for i in range(len(unique))]))
 
-    def _centre(self, instruction: str) -> np.ndarray | None:
+    def _center(self, instruction: str) -> np.ndarray | None:
         """The ``(V, D)`` shift for ``instruction``, or None without centering.
 
-        With a cache, an encoder that names its calibration texts (``calibration_texts()``) gets its centre,
+        With a cache, an encoder that names its calibration texts (``calibration_texts()``) gets its center,
         the mean of their normalised raw embeddings per view, through the cache like any text set, so a
-        re-run encodes nothing; otherwise the encoder's own ``centre_for`` is asked (the model memoises
-        its centres, which serves runs without a cache better than encoding them here again)."""
-        if instruction not in self._centres:
+        re-run encodes nothing; otherwise the encoder's own ``center_for`` is asked (the model memoises
+        its centers, which serves runs without a cache better than encoding them here again)."""
+        if instruction not in self._centers:
             texts_of = getattr(self.encoder, "calibration_texts", None)
             texts = list(texts_of() or ()) if texts_of is not None and self.cache is not None else []
             if texts:
@@ -94,10 +94,10 @@ class TextEmbedder:
                 position = {text: i for i, text in enumerate(unique)}
                 shift = table[[position[t] for t in texts]].mean(axis=0)
             else:
-                centre_for = getattr(self.encoder, "centre_for", None)
-                shift = centre_for(instruction) if centre_for is not None else None
-            self._centres[instruction] = shift
-        return self._centres[instruction]
+                center_for = getattr(self.encoder, "center_for", None)
+                shift = center_for(instruction) if center_for is not None else None
+            self._centers[instruction] = shift
+        return self._centers[instruction]
 
     def _view_ids(self) -> tuple[int, ...]:
         return self.views or (0,)

@@ -31,7 +31,7 @@ from mteb.models.abs_encoder import AbsEncoder
 from mteb.models.model_meta import ModelMeta, ScoringFunction
 from mteb.types import PromptType
 
-from ..encoders.methods import method_rules
+from ..encoders.methods import DEFAULT_STEPS, method_rules
 from ..encoders.settings import EmbedSettings
 from ..published import published_for
 
@@ -121,7 +121,7 @@ class GenembedMTEBModel(AbsEncoder):
         self.published = published_for(model) if prompts_dict is None else None
         own = method is None or method == model.method
         method = model.method if method is None else method
-        steps = (model.steps if own and isinstance(model.steps, int) else 5) if steps is None else steps
+        steps = (model.steps if own and isinstance(model.steps, int) else DEFAULT_STEPS) if steps is None else steps
         self.encode_settings = {"method": method, "steps": steps}
         self.encode_settings |= {"attention": model.attention if own and attention is None else attention}
         own_format = model.prompt_format if own else None

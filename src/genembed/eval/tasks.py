@@ -21,6 +21,7 @@ import itertools
 import json
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -274,20 +275,14 @@ def _load_instruct(path: Path, limit: int | None, instructions: dict[str, str]) 
 
 def _load_retrieval(path: Path, limit: int | None) -> RetrievalData:
     corpus_file, query_file = path / "corpus.jsonl", path / "queries.jsonl"
-    docs: dict[str, str] = {}
-    for line, row in _jsonl(corpus_file):
-        doc_id = _label(row, "id", corpus_file, line)
-        if doc_id in docs:
-            raise TaskFormatError(corpus_file, line, f"duplicate id {doc_id!r}")
+
+    def doc_text(row: dict, line: int) -> str:
         title = _field(row, "title", str, corpus_file, default="", line=line)
         text = _field(row, "text", str, corpus_file, line=line)
-        docs[doc_id] = f"{title} {text}" if title else text
-    queries: dict[str, str] = {}
-    for line, row in _jsonl(query_file):
-        query_id = _label(row, "id", query_file, line)
-        if query_id in queries:
-            raise TaskFormatError(query_file, line, f"duplicate id {query_id!r}")
-        queries[query_id] = _field(row, "text", str, query_file, line=line)
+        return f"{title} {text}" if title else text
+
+    docs = _texts_by_id(corpus_file, doc_text)
+    queries = _texts_by_id(query_file, lambda row, line: _field(row, "text", str, query_file, line=line))
     qrels = _read_qrels(path / "qrels.tsv")
     warnings = []
     unknown_q = sorted(set(qrels) - set(queries))
@@ -320,6 +315,17 @@ def _load_retrieval(path: Path, limit: int | None) -> RetrievalData:
         qrels={q: qrels[q] for q in kept},
         warnings=warnings,
     )
+
+
+def _texts_by_id(file: Path, text: Callable[[dict, int], str]) -> dict[str, str]:
+    """``{row id: text(row, line)}`` of a JSONL file whose ids are unique (TaskFormatError otherwise)."""
+    out: dict[str, str] = {}
+    for line, row in _jsonl(file):
+        row_id = _label(row, "id", file, line)
+        if row_id in out:
+            raise TaskFormatError(file, line, f"duplicate id {row_id!r}")
+        out[row_id] = text(row, line)
+    return out
 
 
 def _read_qrels(file: Path) -> dict[str, dict[str, float]]:

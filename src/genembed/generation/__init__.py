@@ -11,11 +11,13 @@ from .chat import chat_prompt_ids, generate_pieces
 from .decoding import decode_stream, lm_head, sample_next
 from .detokenize import IncrementalDetokenizer, StopScanner, stream_pieces
 from .rerank import DEFAULT_RERANK_INSTRUCTION, RerankResult, rerank, score_pairs
+from .sampling import SamplingOptions
 
 __all__ = [
     "DEFAULT_RERANK_INSTRUCTION",
     "IncrementalDetokenizer",
     "RerankResult",
+    "SamplingOptions",
     "StopScanner",
     "adapter_mode",
     "chat_prompt_ids",

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 import torch
 
 from .adapters import adapter_mode, each_step_in
 from .decoding import decode_stream
 from .detokenize import stream_pieces
+from .sampling import SamplingKwargs, SamplingOptions
 
 __all__ = ["Messages", "chat_prompt_ids", "eos_token_ids", "generate_pieces", "validate_messages"]
 
@@ -83,24 +84,21 @@ def generate_pieces(
     backbone: Any,
     messages_or_prompt: Messages,
     *,
-    max_new_tokens: int = 256,
-    temperature: float = 0.0,
-    top_p: float = 1.0,
+    sampling: SamplingOptions | None = None,
     stop: str | Sequence[str] | None = None,
-    seed: int | None = None,
     use_adapter: bool | str = True,
     prompt_format: str | None = None,
+    **options: Unpack[SamplingKwargs],
 ) -> Iterator[str]:
     """Text pieces of the assistant's reply, produced lazily.
 
     Args:
         backbone: the loaded model and tokenizer.
         messages_or_prompt: a user prompt, or a conversation as ``[{"role": ..., "content": ...}]``.
-        max_new_tokens: the most tokens to generate.
-        temperature: 0 for greedy (deterministic) decoding.
-        top_p: nucleus sampling threshold.
+        sampling: how tokens are picked (None: the defaults of
+            :class:`~genembed.generation.sampling.SamplingOptions`), changed by ``options``, its keywords
+            (``max_new_tokens``, ``temperature``, ``top_p``, ``seed``, ...).
         stop: strings that end the reply; the reply is cut before the first one.
-        seed: seeds sampling (``temperature > 0``) for reproducible replies.
         use_adapter: run with the peft adapter (if any) enabled, or with the named one (a generation
             adapter); see :mod:`genembed.generation.adapters`.
         prompt_format: the embedding prompt format of the model; ``"gritlm"`` chats in GritLM's format
@@ -116,29 +114,20 @@ def generate_pieces(
     for i, s in enumerate(stops):
         if not isinstance(s, str):
             raise TypeError(f"stop[{i}] must be a string, got {type(s).__name__}")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    if temperature < 0 or not 0.0 < top_p <= 1.0:
-        raise ValueError(f"need temperature >= 0 and top_p in (0, 1], got {temperature} and {top_p}")
+    sampling = SamplingOptions.build(sampling, **options)
     model, tokenizer = backbone.model, backbone.tokenizer
     ids = chat_prompt_ids(tokenizer, messages_or_prompt, prompt_format)
     limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     if limit is not None and len(ids) >= limit:
         raise ValueError(f"the prompt has {len(ids)} tokens; the model's context holds {limit}")
-    if limit is not None:
-        max_new_tokens = min(max_new_tokens, limit - len(ids))
+    if limit is not None:  # the reply ends where the context does
+        sampling = SamplingOptions.build(sampling, max_new_tokens=min(sampling.max_new_tokens, limit - len(ids)))
     device = next(model.parameters()).device
-    generator = None
-    if seed is not None:
-        generator = torch.Generator(device=device).manual_seed(seed)
     tokens = decode_stream(
         model,
         torch.tensor([ids], dtype=torch.long, device=device),
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_p=top_p,
+        sampling=sampling,
         eos_token_ids=eos_token_ids(backbone),
-        generator=generator,
     )
     tokens = each_step_in(functools.partial(adapter_mode, model, use_adapter), tokens)
     return stream_pieces(tokenizer, tokens, stops)

@@ -10,11 +10,12 @@ positions and continue after them.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Unpack
 
 import torch
 
 from ..backbone.attention import run_decoder
+from .sampling import SamplingKwargs, SamplingOptions
 
 __all__ = ["decode_stream", "lm_head", "repetition_processors", "sample_next"]
 
@@ -31,8 +32,8 @@ def lm_head(model: Any) -> torch.nn.Module:
 def sample_next(
     logits: torch.Tensor,
     *,
-    temperature: float = 0.0,
-    top_p: float = 1.0,
+    temperature: float = SamplingOptions.temperature,
+    top_p: float = SamplingOptions.top_p,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """Pick one token per row from next-token logits.
@@ -50,10 +51,7 @@ def sample_next(
     Raises:
         ValueError: ``temperature < 0`` or ``top_p`` outside ``(0, 1]``.
     """
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
-    if not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    SamplingOptions(temperature=temperature, top_p=top_p)  # checks them
     if logits.dim() != 2:
         raise ValueError(f"logits must be (batch, vocab), got shape {tuple(logits.shape)}")
     if temperature < torch.finfo(torch.float32).tiny:  # 0, or so small that float32 division gives 0/0: greedy
@@ -72,7 +70,10 @@ def sample_next(
     return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
 
 
-def repetition_processors(no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0) -> Any:
+def repetition_processors(
+    no_repeat_ngram_size: int = SamplingOptions.no_repeat_ngram_size,
+    repetition_penalty: float = SamplingOptions.repetition_penalty,
+) -> Any:
     """transformers logits processors against repetition, or None when both are off.
 
     Args:
@@ -84,18 +85,8 @@ def repetition_processors(no_repeat_ngram_size: int = 0, repetition_penalty: flo
     Raises:
         ValueError: a negative n-gram size or a penalty <= 0.
     """
-    if isinstance(no_repeat_ngram_size, bool) or not isinstance(no_repeat_ngram_size, int) or no_repeat_ngram_size < 0:
-        raise ValueError(f"no_repeat_ngram_size must be an int >= 0, got {no_repeat_ngram_size!r}")
-    if not repetition_penalty > 0:
-        raise ValueError(f"repetition_penalty must be > 0, got {repetition_penalty}")
-    from transformers import LogitsProcessorList, NoRepeatNGramLogitsProcessor, RepetitionPenaltyLogitsProcessor
-
-    processors = LogitsProcessorList()
-    if no_repeat_ngram_size:
-        processors.append(NoRepeatNGramLogitsProcessor(no_repeat_ngram_size))
-    if repetition_penalty != 1.0:
-        processors.append(RepetitionPenaltyLogitsProcessor(repetition_penalty))
-    return processors or None
+    options = SamplingOptions(no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty)
+    return options.logits_processor()
 
 
 @torch.no_grad()
@@ -106,12 +97,11 @@ def decode_stream(
     cache: Any = None,
     attention_mask: torch.LongTensor | None = None,
     position_ids: torch.LongTensor | None = None,
-    max_new_tokens: int = 256,
-    temperature: float = 0.0,
-    top_p: float = 1.0,
+    sampling: SamplingOptions | None = None,
     eos_token_ids: set[int] | frozenset[int] = frozenset(),
     generator: torch.Generator | None = None,
     logits_processor: Any = None,
+    **options: Unpack[SamplingKwargs],
 ) -> Iterator[int]:
     """Yield generated token ids one at a time (batch 1, causal attention).
 
@@ -127,14 +117,13 @@ def decode_stream(
         attention_mask: ``(1, past + T)``; defaults to all ones.
         position_ids: ``(1, T)`` RoPE positions of the new tokens; defaults to continuing after the
             cache's length (``past, past + 1, ...``).
-        max_new_tokens: the most tokens to generate.
-        temperature: 0 for greedy decoding; see :func:`sample_next`.
-        top_p: nucleus sampling threshold; see :func:`sample_next`.
+        sampling: how tokens are picked (:class:`~genembed.generation.sampling.SamplingOptions`; None: the
+            defaults), changed by ``options`` (its keywords, e.g. ``max_new_tokens=16``).
         eos_token_ids: generation stops when one of these is produced (it is not yielded).
-        generator: a seeded ``torch.Generator`` for reproducible sampling.
-        logits_processor: transformers logits processors (e.g. :func:`repetition_processors`), called
-            with the ids generated so far, *not* the prompt (so a repetition penalty does not discourage
-            copying from the prompt), before each token after the first is picked.
+        generator: a ``torch.Generator`` for sampling (None: one seeded with ``sampling.seed``, if set).
+        logits_processor: transformers logits processors (None: ``sampling``'s repetition settings),
+            called with the ids generated so far, *not* the prompt (so a repetition penalty does not
+            discourage copying from the prompt), before each token after the first is picked.
 
     Yields:
         Generated token ids (python ints).
@@ -144,11 +133,12 @@ def decode_stream(
     """
     if input_ids.dim() != 2 or input_ids.shape[0] != 1 or input_ids.shape[1] < 1:
         raise ValueError(f"input_ids must have shape (1, T) with T >= 1, got {tuple(input_ids.shape)}")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    if temperature < 0 or not 0.0 < top_p <= 1.0:
-        raise ValueError(f"need temperature >= 0 and top_p in (0, 1], got {temperature} and {top_p}")
+    sampling = SamplingOptions.build(sampling, **options)
     device = input_ids.device
+    if generator is None:
+        generator = sampling.generator(device)
+    if logits_processor is None:
+        logits_processor = sampling.logits_processor()
     past = cache.get_seq_length() if cache is not None else 0
     n_new = input_ids.shape[1]
     if attention_mask is None:
@@ -170,7 +160,7 @@ def decode_stream(
     eos = frozenset(int(t) for t in eos_token_ids)
     ids, positions = input_ids, position_ids
     generated: list[int] = []
-    for step in range(max_new_tokens):
+    for step in range(sampling.max_new_tokens):
         out = run_decoder(
             model,
             input_ids=ids,
@@ -183,12 +173,12 @@ def decode_stream(
         logits = head(out.last_hidden_state[:, -1])  # (1, V)
         if logits_processor is not None and generated:
             logits = logits_processor(torch.tensor([generated], device=device), logits)
-        token = int(sample_next(logits, temperature=temperature, top_p=top_p, generator=generator)[0])
+        token = int(sample_next(logits, temperature=sampling.temperature, top_p=sampling.top_p, generator=generator)[0])
         if token in eos:
             return
         generated.append(token)
         yield token
-        if step + 1 == max_new_tokens:
+        if step + 1 == sampling.max_new_tokens:
             return
         ids = torch.tensor([[token]], dtype=torch.long, device=device)
         positions = positions[:, -1:] + 1

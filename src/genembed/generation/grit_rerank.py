@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from ..backbone.attention import run_decoder
-from ._padding import right_padded_batches
+from ._scoring import check_sizes, right_padded_batches, yes_no_log_odds
 from .decoding import lm_head
 
 __all__ = ["GRIT_RERANK_INSTRUCTION", "grit_answer_ids", "grit_rerank_prompt", "score_grit_pairs"]
@@ -81,8 +81,7 @@ def score_grit_pairs(
     Arguments as in :func:`genembed.generation.rerank.score_pairs`; a document longer than ``max_length``
     tokens is cut to its first ``max_length`` tokens before it goes into the prompt.
     """
-    if batch_size < 1 or max_length < 1:
-        raise ValueError(f"batch_size and max_length must be >= 1, got {batch_size} and {max_length}")
+    check_sizes(batch_size, max_length)
     if not documents:
         return torch.zeros(0)
     shared, yes, no = grit_answer_ids(tokenizer)
@@ -98,8 +97,5 @@ def score_grit_pairs(
     head, scores = lm_head(model), torch.zeros(len(rows))
     for indices, ids, mask in right_padded_batches(rows, batch_size, tokenizer.pad_token_id):
         hidden = run_decoder(model, input_ids=ids.to(device), attention_mask=mask.to(device)).last_hidden_state
-        last = torch.tensor([len(rows[i]) - 1 for i in indices], device=device)
-        logits = head(hidden[torch.arange(len(indices), device=device), last])[:, [yes, no]].float()  # (b, 2)
-        log_probs = torch.log_softmax(logits, dim=-1)
-        scores[indices] = (log_probs[:, 0] - log_probs[:, 1]).cpu()
+        scores[indices] = yes_no_log_odds(head, hidden, [len(rows[i]) for i in indices], yes, no)
     return scores

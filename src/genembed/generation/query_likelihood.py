@@ -24,7 +24,7 @@ import torch
 
 from ..backbone.attention import run_decoder
 from ..encoders.prompts import SENTINEL, split_around, split_ids
-from ._padding import right_padded_batches
+from ._scoring import check_sizes, right_padded_batches
 from .decoding import lm_head
 
 __all__ = ["MAX_QUERY_TOKENS", "query_likelihood_prompt", "score_query_likelihood"]
@@ -68,8 +68,7 @@ def score_query_likelihood(
         max_query_tokens: query tokens scored.
         prompt_format: ``"gritlm"`` asks in GritLM's chat format (:func:`query_likelihood_prompt`).
     """
-    if batch_size < 1 or max_length < 1:
-        raise ValueError(f"batch_size and max_length must be >= 1, got {batch_size} and {max_length}")
+    check_sizes(batch_size, max_length)
     query_ids = tokenizer(query, add_special_tokens=False)["input_ids"][:max_query_tokens]
     if not documents:
         return torch.zeros(0)

@@ -39,7 +39,7 @@ import torch
 from ..backbone.attention import run_decoder
 from ..encoders.instructions import DEFAULT_QUERY_INSTRUCTION, DEFAULT_RERANK_INSTRUCTION
 from ..encoders.prompts import SENTINEL, split_around, split_ids
-from ._padding import right_padded_batches
+from ._scoring import check_sizes, right_padded_batches, yes_no_log_odds
 from .adapters import adapter_mode
 from .decoding import lm_head
 from .grit_rerank import GRIT_RERANK_INSTRUCTION, score_grit_pairs
@@ -147,8 +147,7 @@ def score_pairs(
         batch_size: documents per forward pass.
         max_length: document tokens kept (longer documents are cut from the end).
     """
-    if batch_size < 1 or max_length < 1:
-        raise ValueError(f"batch_size and max_length must be >= 1, got {batch_size} and {max_length}")
+    check_sizes(batch_size, max_length)
     if not documents:
         return torch.zeros(0)
     yes, no = answer_token_ids(tokenizer)
@@ -174,10 +173,7 @@ def score_pairs(
             position_ids=torch.arange(n_prefix, n_prefix + width, device=device).expand(len(indices), -1),
             cache=_repeat_cache(prefix, len(indices), model),
         ).last_hidden_state
-        last = torch.tensor([len(rows[i]) - 1 for i in indices], device=device)
-        logits = head(hidden[torch.arange(len(indices), device=device), last])[:, [yes, no]].float()  # (b, 2)
-        log_probs = torch.log_softmax(logits, dim=-1)
-        scores[indices] = (log_probs[:, 0] - log_probs[:, 1]).cpu()
+        scores[indices] = yes_no_log_odds(head, hidden, [len(rows[i]) for i in indices], yes, no)
     return scores
 
 

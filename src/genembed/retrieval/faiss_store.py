@@ -300,7 +300,7 @@ class FaissStore(ManifestQueries):
 
     def __repr__(self) -> str:
         kv = f", kv={self.manifest['kv']['dtype']}" if self.has_kv else ""
-        method, factory = self.config.method, self.factory
+        method, factory = self.settings.method, self.factory
         return f"FaissStore({str(self.path)!r}, chunks={len(self)}, method={method!r}, faiss={factory!r}{kv})"
 
     # ---- writing: staged in .build/, committed by save() ---------------------------------------

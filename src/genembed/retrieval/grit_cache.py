@@ -108,7 +108,7 @@ def grit_context(model: Any, index: Any, query: Any, sources: list[Any], mode: s
         if not index.has_kv:
             raise ValueError(f"index {index.where} stores no KV states: rebuild it with --store-kv for doc caching")
         check_grit_kv_source(index.kv_source, model, index=index.where)
-        doc_ids = index.config.prompt_ids(tok, texts, "doc")
+        doc_ids = index.settings.prompt_ids(tok, texts, "doc")
         d_segs = [Segment(s.id, ids, index.kv(s.row, tokens=len(ids))) for s, ids in zip(sources, doc_ids, strict=True)]
     else:
         d_segs = []

@@ -11,6 +11,7 @@ build with different sources or settings is never mixed in; the error says how t
 
 from __future__ import annotations
 
+import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -40,7 +41,7 @@ def build_index(
     sources: Sequence[str | Path],
     out: str | Path | StoreLocation,
     *,
-    config: EmbedSettings | None = None,
+    settings: EmbedSettings | None = None,
     chunk_tokens: int = 256,
     overlap: int = 32,
     store_kv: bool = False,
@@ -55,6 +56,7 @@ def build_index(
     index_params: dict[str, float] | None = None,
     search_params: dict[str, float] | None = None,
     kv_dir: str | Path | None = None,
+    config: EmbedSettings | None = None,
 ) -> VectorStore:
     """Read, chunk and embed ``sources`` into a new index at ``out`` (resuming an interrupted build).
 
@@ -63,7 +65,7 @@ def build_index(
         sources: JSONL / .txt / .md files or folders (see :mod:`genembed.retrieval.chunking`).
         out: where the index goes: a folder, ``milvus:./idx.db``, ``http://host:19530`` or a
             :class:`~genembed.retrieval.store.StoreLocation` (see :mod:`genembed.retrieval.stores`).
-        config: embedding settings (default: the model's own, :meth:`~genembed.GenerativeEmbedder.embed_settings`,
+        settings: embedding settings (default: the model's own, :meth:`~genembed.GenerativeEmbedder.embed_settings`,
             with its centering, prompts up to ``chunk_tokens + 256`` tokens so that titles and the template fit).
         chunk_tokens: tokens of document text per chunk.
         overlap: tokens shared by consecutive chunks of a document.
@@ -87,6 +89,7 @@ def build_index(
         search_params: default search parameters stored with the index (faiss ``efSearch``/``nprobe``,
             Milvus ``ef``/``nprobe``).
         kv_dir: a Milvus store's folder for KV states (default ``<name>.kv`` beside a milvus-lite file).
+        config: the former name of ``settings`` (deprecated; warns).
 
     Returns:
         The store holding the new index.
@@ -99,11 +102,16 @@ def build_index(
         UntrainedAdapterWarning: the model's adapter was not trained for the embedding method.
     """
     location = parse_location(out)
-    if config is None:  # the model's own settings (what model.save recorded) and centering
-        config = model.embed_settings(max_length=chunk_tokens + _TEMPLATE_ROOM, center=model.center)
+    if config is not None:
+        if settings is not None:
+            raise TypeError("build_index takes settings= (config= is its deprecated name), not both")
+        warnings.warn("build_index(config=...) is deprecated: pass settings=...", DeprecationWarning, stacklevel=2)
+        settings = config
+    if settings is None:  # the model's own settings (what model.save recorded) and centering
+        settings = model.embed_settings(max_length=chunk_tokens + _TEMPLATE_ROOM, center=model.center)
     trained_for, adapter = getattr(model, "trained_for", None), getattr(model, "adapter", None)
-    warn_if_untrained(trained_for, adapter, config.method, config.attention)
-    settings = index_settings(
+    warn_if_untrained(trained_for, adapter, settings.method, settings.attention)
+    store_settings = index_settings(
         location, model.dim, index_type=index_type, index_params=index_params, search_params=search_params
     )
     chunks = chunk_documents(
@@ -112,19 +120,19 @@ def build_index(
     geometry = KVGeometry.of(model.backbone.model.config)
     manifest = {
         "model": {"name": model.name, "dim": model.dim, "ref": model_ref or {}},
-        "embed": config.to_dict(),
+        "embed": settings.to_dict(),
         "chunking": {"chunk_tokens": chunk_tokens, "overlap": overlap},
         "kv": {"dtype": dtype_name(resolve_kv_dtype(kv_dtype)), **vars(geometry)} if store_kv else None,
         "sources": [str(s) for s in sources],
-        **settings,
+        **store_settings,
     }
-    if store_kv and uses_grit_cache(config):  # GRIT caching stores the embedding passes themselves
+    if store_kv and uses_grit_cache(settings):  # GRIT caching stores the embedding passes themselves
         if location.kind != "faiss":
             raise ValueError("GRIT caching (--store-kv with --prompt-format gritlm) needs a faiss folder index")
         manifest["kv"]["source"] = grit_kv_source(model)
     elif store_kv:
         prompt = prompt or RagPrompt()
-        reused = embedding_pass_reusable(model, config, prompt, [c.embed_text for c in chunks])
+        reused = embedding_pass_reusable(model, settings, prompt, [c.embed_text for c in chunks])
         manifest["kv"]["source"] = kv_source(model, prompt, reused=reused)
         if kv_dir is not None:
             manifest["kv"]["dir"] = str(kv_dir)
@@ -154,7 +162,7 @@ def add_to_index(
     """
     store = open_index(index_dir)
     store.check_model(model)
-    if store.has_kv and uses_grit_cache(store.config):
+    if store.has_kv and uses_grit_cache(store.settings):
         check_grit_kv_source(store.kv_source, model, index=store.where)
     elif store.has_kv:
         check_kv_source(store.kv_source, model, store.rag_prompt, index=store.where)
@@ -173,11 +181,11 @@ def _ingest(
     model: Any, store: VectorStore, chunks: list[Chunk], batch_size: int, shard_size: int | None, progress_bar: bool
 ) -> None:
     """Embed ``chunks`` shard by shard (with KV states if the store keeps them) and add them to ``store``."""
-    config = store.config
+    settings = store.settings
     kv_info = store.manifest.get("kv")
     kv_dtype = resolve_kv_dtype(kv_info["dtype"]) if kv_info else None
     texts = [c.embed_text for c in chunks]
-    lengths = [len(ids) for ids in config.prompt_ids(model.backbone.tokenizer, texts, "doc")]
+    lengths = [len(ids) for ids in settings.prompt_ids(model.backbone.tokenizer, texts, "doc")]
     first = len(store)
     records = [
         ChunkRecord(first + j, c.id, c.doc_id, c.number, c.title, c.text, c.source, n, c.meta)
@@ -185,13 +193,13 @@ def _ingest(
     ]
     shard_size = shard_size or (64 if kv_info else 1024)
     prompt = store.rag_prompt
-    grit = kv_info is not None and uses_grit_cache(config)  # the embedding pass's states are stored as they are
-    reuse = kv_info is not None and (grit or embedding_pass_reusable(model, config, prompt, texts))
+    grit = kv_info is not None and uses_grit_cache(settings)  # the embedding pass's states are stored as they are
+    reuse = kv_info is not None and (grit or embedding_pass_reusable(model, settings, prompt, texts))
 
     def embed_shard(j: int, part: list[ChunkRecord]) -> None:
         part_texts = [r.embed_text for r in part]
         encoded = encode_with_kv(
-            model.backbone, part_texts, config, kind="doc", keep_kv=reuse, batch_size=batch_size, kv_dtype=kv_dtype
+            model.backbone, part_texts, settings, kind="doc", keep_kv=reuse, batch_size=batch_size, kv_dtype=kv_dtype
         )
         states = None
         if grit:  # GRIT caching reuses the embedding passes as they are
@@ -257,13 +265,13 @@ def generation_states(
     ]
 
 
-def embedding_pass_reusable(model: Any, config: EmbedSettings, prompt: RagPrompt, texts: list[str]) -> bool:
+def embedding_pass_reusable(model: Any, settings: EmbedSettings, prompt: RagPrompt, texts: list[str]) -> bool:
     """Whether the chunks' embedding pass is the generator's own pass over ``head + passage segment``:
     same weights, causal attention, and every embedding prompt starting with those tokens."""
-    if not same_weights(model) or config.attention != "causal":
+    if not same_weights(model) or settings.attention != "causal":
         return False
     tokenizer = model.backbone.tokenizer
     head = prompt.head_ids(tokenizer)
-    embed_ids = config.prompt_ids(tokenizer, texts, "doc")
+    embed_ids = settings.prompt_ids(tokenizer, texts, "doc")
     segments = prompt.passage_ids(tokenizer, texts)
     return all(reusable_prefix(e, head, s) for e, s in zip(embed_ids, segments, strict=True))

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..encoders.centering import apply_centre, centre
+from ..encoders.centering import apply_center, instruction_center
 from ..encoders.embedder import embed_prompts
 from ..encoders.settings import EmbedSettings
 from .kv_ops import KV, stacked_states
@@ -37,7 +37,7 @@ class EncodedTexts:
 def encode_with_kv(
     backbone: Any,
     texts: list[str],
-    config: EmbedSettings,
+    settings: EmbedSettings,
     *,
     kind: str = "doc",
     keep_kv: bool = True,
@@ -49,14 +49,15 @@ def encode_with_kv(
     Args:
         backbone: a :class:`~genembed.backbone.loading.Backbone`.
         texts: the texts (for chunks: ``title + " " + text``).
-        config: the index's embedding settings.
+        settings: the index's embedding settings.
         kind: ``"doc"`` or ``"query"`` (chooses the instruction).
         keep_kv: return KV states (costs memory: see :func:`genembed.retrieval.kv_store.kv_bytes_per_token`).
         batch_size: texts per forward pass.
         kv_dtype: cast the returned states (e.g. ``torch.float16`` for storage).
     """
-    options = config.replace(batch_size=batch_size)
-    prompts = options.prompts(backbone.tokenizer, texts, config.instruction(kind))
+    settings = settings.replace(batch_size=batch_size)
+    instruction = settings.instruction(kind)
+    prompts = settings.prompts(backbone.tokenizer, texts, instruction)
     kv: list[KV | None] = [None] * len(texts)
 
     def keep(indices: list[int], batch: Any, out: Any) -> None:
@@ -68,10 +69,10 @@ def encode_with_kv(
             kv[i] = (keys.cpu(), values.cpu())
 
     # the transformers pass (not the CPU fast path) gives the KV states, and the embeddings with them
-    slow = options.replace(fast_path=False)
+    slow = settings.replace(fast_path=False)
     callback = keep if keep_kv else None
     embeddings, _ = embed_prompts(backbone, prompts, slow, keep_kv=keep_kv, on_batch=callback, progress=False)
-    if config.center:
-        embeddings = apply_centre(embeddings, centre(backbone, options, config.instruction(kind)))
+    if settings.center:
+        embeddings = apply_center(embeddings, instruction_center(backbone, settings, instruction))
     normalized = torch.nn.functional.normalize(embeddings, dim=-1).numpy().astype(np.float32)
     return EncodedTexts(normalized, [p.ids for p in prompts], kv if keep_kv else None)  # type: ignore[arg-type]

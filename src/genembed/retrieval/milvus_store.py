@@ -519,7 +519,7 @@ class MilvusStore(ManifestQueries):
 
     def __repr__(self) -> str:
         kv = f", kv={self.manifest['kv']['dtype']}" if self.has_kv else ""
-        return f"MilvusStore({self.where!r}, method={self.config.method!r}{kv})"
+        return f"MilvusStore({self.where!r}, method={self.settings.method!r}{kv})"
 
 
 def read_manifest(client: Any, location: StoreLocation) -> dict[str, Any]:

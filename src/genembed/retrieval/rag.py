@@ -15,14 +15,13 @@ import functools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
+from typing import Any, Unpack
 
 from ..generation.adapters import adapter_mode, each_step_in, same_weights
 from ..generation.chat import eos_token_ids
-from ..generation.decoding import decode_stream, repetition_processors
+from ..generation.decoding import decode_stream
 from ..generation.detokenize import stream_pieces
+from ..generation.sampling import SamplingKwargs, SamplingOptions
 from .context import Context, Segment, assemble, fresh_input, mode_layout
 from .grit_cache import grit_context, uses_grit_cache
 from .kv_embed import encode_with_kv
@@ -33,12 +32,13 @@ from .rag_prompt import RagPrompt
 from .search import rerank_hits, retrieve_hits
 from .store import VectorStore
 
-__all__ = ["Answer", "Query", "Source", "ask", "build_context", "retrieve"]
+__all__ = ["ANSWER_SAMPLING", "Answer", "Query", "Source", "ask", "build_context", "retrieve"]
 
-# Decoding defaults for answers: no 4-gram twice in an answer (applied to the answer's own tokens, not
-# the prompt's, so copying a passage is not discouraged). Without it the bundled 135M model loops, e.g.
-# 'The answer to the question is: "The answer to the question is: ...' (docs/rag.md).
-NO_REPEAT_NGRAM_SIZE = 4
+# How answers are decoded unless a call says otherwise: short, and no 4-gram twice in an answer (applied
+# to the answer's own tokens, not the prompt's, so copying a passage is not discouraged). Without it the
+# bundled 135M model loops, e.g. 'The answer to the question is: "The answer to the question is: ...'
+# (docs/rag.md).
+ANSWER_SAMPLING = SamplingOptions(max_new_tokens=128, no_repeat_ngram_size=4)
 
 
 @dataclass
@@ -113,9 +113,9 @@ def retrieve(
     t0 = time.perf_counter()
     # the query's embedding-pass states serve a cached query segment when that pass is the generator's own
     # (causal), or in GRIT's caching, which reuses the bidirectional embedding pass (grit_cache)
-    reusable = index.config.attention == "causal" or uses_grit_cache(index.config)
+    reusable = index.settings.attention == "causal" or uses_grit_cache(index.settings)
     keep = keep_query_kv and same_weights(model) and reusable
-    encoded = encode_with_kv(model.backbone, [question], index.config, kind="query", keep_kv=keep)
+    encoded = encode_with_kv(model.backbone, [question], index.settings, kind="query", keep_kv=keep)
     query = Query(question, encoded.embeddings, encoded.ids[0], encoded.kv[0] if encoded.kv else None)
     timings["embed_query"] = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -168,7 +168,7 @@ def build_context(
         KVSourceError: the stored states were made by other weights, attention or prompt.
     """
     order, query_cached, docs_cached = mode_layout(mode, order)
-    if uses_grit_cache(index.config):  # GritLM's own formats and states (its order; no prompt to choose)
+    if uses_grit_cache(index.settings):  # GritLM's own formats and states (its order; no prompt to choose)
         return _fits(model, grit_context(model, index, query, sources, mode))
     prompt = prompt or index.rag_prompt
     tok = model.backbone.tokenizer
@@ -229,15 +229,11 @@ def ask(
     top_k: int = 3,
     rerank: bool = False,
     rerank_candidates: int = 10,
-    max_new_tokens: int = 128,
-    temperature: float = 0.0,
-    top_p: float = 1.0,
-    seed: int | None = None,
-    no_repeat_ngram_size: int = NO_REPEAT_NGRAM_SIZE,
-    repetition_penalty: float = 1.0,
+    sampling: SamplingOptions | None = None,
     on_text: Callable[[str], None] | None = None,
     filter: str | None = None,
     recompute: float = 0.0,
+    **options: Unpack[SamplingKwargs],
 ) -> Answer:
     """Retrieve passages for ``question`` and generate an answer with them in context.
 
@@ -251,12 +247,9 @@ def ask(
         top_k: passages put in the prompt (more than one works in every mode).
         rerank: rerank ``rerank_candidates`` retrieved passages generatively before keeping ``top_k``.
         rerank_candidates: passages retrieved for reranking.
-        max_new_tokens: the most answer tokens.
-        temperature: 0 for greedy decoding.
-        top_p: nucleus sampling threshold.
-        seed: seeds sampling for reproducible answers.
-        no_repeat_ngram_size: no n-gram of this size twice in the answer (0: off).
-        repetition_penalty: divide the logits of tokens already in the answer by this (1.0: off).
+        sampling: how the answer is decoded (None: :data:`ANSWER_SAMPLING`), changed by ``options``, the
+            keywords of :class:`~genembed.generation.sampling.SamplingOptions` (``max_new_tokens``,
+            ``temperature``, ``top_p``, ``seed``, ``no_repeat_ngram_size``, ``repetition_penalty``).
         on_text: called with each piece of answer text as it is generated (streaming).
         filter: retrieve only chunks matching this metadata expression (a Milvus store, e.g.
             ``'source like "docs/%"'``).
@@ -276,6 +269,7 @@ def ask(
         raise ValueError("question must be a non-empty string")
     if top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
+    sampling = SamplingOptions.build(sampling or ANSWER_SAMPLING, **options)
     mode_order, query_cached, _ = mode_layout(cache, order)
     start = time.perf_counter()
     timings: dict[str, float] = {}
@@ -292,17 +286,7 @@ def ask(
     )
     context = build_context(model, index, query, sources, mode=cache, order=order, recompute=recompute)
     pieces, stats = [], {}
-    for piece in generate_from_context(
-        model,
-        context,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        seed=seed,
-        no_repeat_ngram_size=no_repeat_ngram_size,
-        repetition_penalty=repetition_penalty,
-        stats=stats,
-    ):
+    for piece in generate_from_context(model, context, sampling=sampling, stats=stats):
         pieces.append(piece)
         if on_text is not None:
             on_text(piece)
@@ -327,15 +311,12 @@ def generate_from_context(
     model: Any,
     context: Context,
     *,
-    max_new_tokens: int = 128,
-    temperature: float = 0.0,
-    top_p: float = 1.0,
-    seed: int | None = None,
-    no_repeat_ngram_size: int = NO_REPEAT_NGRAM_SIZE,
-    repetition_penalty: float = 1.0,
+    sampling: SamplingOptions | None = None,
     stats: dict[str, float] | None = None,
+    **options: Unpack[SamplingKwargs],
 ) -> Iterator[str]:
-    """Text pieces of the answer, decoded after ``context`` (its cache is extended in place).
+    """Text pieces of the answer, decoded after ``context`` (its cache is extended in place) with
+    ``sampling`` (None: :data:`ANSWER_SAMPLING`) changed by ``options``.
 
     ``stats``, if given, receives ``new_tokens`` (the count so far) and ``first_token_at`` (the
     ``time.perf_counter()`` at which the first token was produced).
@@ -343,19 +324,14 @@ def generate_from_context(
     backbone = model.backbone
     device = next(backbone.model.parameters()).device
     input_ids, mask, positions = fresh_input(context, device)
-    generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
     tokens = decode_stream(
         backbone.model,
         input_ids,
         cache=context.cache,
         attention_mask=mask,
         position_ids=positions,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_p=top_p,
+        sampling=SamplingOptions.build(sampling or ANSWER_SAMPLING, **options),
         eos_token_ids=eos_token_ids(backbone),
-        generator=generator,
-        logits_processor=repetition_processors(no_repeat_ngram_size, repetition_penalty),
     )
     weights = getattr(model, "generation_adapter", False)
     tokens = each_step_in(functools.partial(adapter_mode, backbone.model, weights), tokens)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -133,7 +134,7 @@ class VectorStore(Protocol):
     def dim(self) -> int: ...
 
     @property
-    def config(self) -> EmbedSettings: ...
+    def settings(self) -> EmbedSettings: ...
 
     @property
     def has_kv(self) -> bool: ...
@@ -233,9 +234,15 @@ class ManifestQueries:
         return RagPrompt.from_dict(stored) if stored else RagPrompt()
 
     @property
-    def config(self) -> EmbedSettings:
+    def settings(self) -> EmbedSettings:
         """How chunks were embedded; queries must be embedded the same way (:meth:`encode_queries`)."""
         return EmbedSettings.from_dict(self.manifest["embed"])
+
+    @property
+    def config(self) -> EmbedSettings:
+        """The former name of :attr:`settings` (deprecated; warns)."""
+        warnings.warn("a store's .config is deprecated: use .settings", DeprecationWarning, stacklevel=2)
+        return self.settings
 
     def encode_queries(self, model: Any, queries: list[str], *, batch_size: int = 16) -> np.ndarray:
         """Embed queries with the index's settings (method, steps, instruction): ``(n, dim)``."""
@@ -244,7 +251,7 @@ class ManifestQueries:
         self.check_model(model)
         texts = list(queries)
         return encode_with_kv(
-            model.backbone, texts, self.config, kind="query", keep_kv=False, batch_size=batch_size
+            model.backbone, texts, self.settings, kind="query", keep_kv=False, batch_size=batch_size
         ).embeddings
 
     def text(self, i: int) -> str:
@@ -288,12 +295,12 @@ class ManifestQueries:
 
     def settings_rows(self) -> list[tuple[str, str]]:
         """The :meth:`VectorStore.describe` rows every store shows: model, embedding, chunking."""
-        manifest, config = self.manifest, self.config
-        steps = f", K={config.steps}" if method_rules(config.method).uses_steps else ""
+        manifest, settings = self.manifest, self.settings
+        steps = f", K={settings.steps}" if method_rules(settings.method).uses_steps else ""
         chunking = manifest.get("chunking")
         imported = f"imported from {manifest.get('imported_from')}"
         return [
             ("model", f"{manifest['model']['name']} (dim {self.dim})"),
-            ("embedding", f"{config.method}{steps}, {config.attention} attention"),
+            ("embedding", f"{settings.method}{steps}, {settings.attention} attention"),
             ("chunking", f"{chunking['chunk_tokens']} tokens, overlap {chunking['overlap']}" if chunking else imported),
         ]

@@ -64,7 +64,7 @@ def create_app(model: Any, settings: ServeSettings | None = None) -> FastAPI:
 
     Returns:
         A FastAPI app. Its lifespan starts the batcher and warms the model up before the first request
-        (with a centring model, loading or computing the centres of the named instructions); on
+        (with a centering model, loading or computing the centers of the named instructions); on
         shutdown it finishes every accepted request.
 
     Raises:
@@ -80,7 +80,7 @@ def create_app(model: Any, settings: ServeSettings | None = None) -> FastAPI:
         state.start()
         computed = await state.worker.run(state.warm_up)
         if computed:
-            logger.info("computed %d centres of named instructions (store them with model.save)", computed)
+            logger.info("computed %d centers of named instructions (store them with model.save)", computed)
         try:
             yield
         finally:

@@ -18,6 +18,7 @@ from typing import Any
 from fastapi import APIRouter, Depends
 from fastapi.responses import StreamingResponse
 
+from ..generation.sampling import SamplingOptions
 from .errors import APIError, error_body, error_responses
 from .schemas import (
     AssistantMessage,
@@ -79,13 +80,10 @@ class _Generation:
                 param="messages",
                 code="too_many_tokens",
             )
-        self.kwargs: dict[str, Any] = {
-            "max_new_tokens": self.max_tokens,
-            "temperature": body.temperature,
-            "top_p": body.top_p,
-            "stop": [body.stop] if isinstance(body.stop, str) else body.stop,
-            "seed": body.seed,
-        }
+        self.sampling = SamplingOptions(
+            max_new_tokens=self.max_tokens, temperature=body.temperature, top_p=body.top_p, seed=body.seed
+        )
+        self.stop = [body.stop] if isinstance(body.stop, str) else body.stop
         self.id = f"chatcmpl-{uuid.uuid4().hex}"
         self.created = int(time.time())
         self.text = ""
@@ -93,7 +91,9 @@ class _Generation:
     async def pieces(self) -> AsyncIterator[str]:
         """Generated text pieces; the model's iterator is closed on the model thread however this ends."""
         worker, model = self.state.worker, self.state.model
-        stream = await worker.run(lambda: iter(model.generate(self.messages, stream=True, **self.kwargs)))
+        stream = await worker.run(
+            lambda: iter(model.generate(self.messages, stream=True, stop=self.stop, sampling=self.sampling))
+        )
         try:
             while True:
                 piece = await worker.run(next, stream, _END)

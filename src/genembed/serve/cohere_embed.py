@@ -4,7 +4,7 @@ and ``cohere.ClientV2(...).embed`` work against the server.
 - ``input_type`` picks a named instruction (:data:`genembed.serve.instructions.INPUT_TYPES`):
   ``search_query`` -> ``query``, ``search_document`` -> ``document``, ``classification`` and
   ``clustering`` -> theirs. Without one (v1 only), texts are embedded with no instruction.
-- ``embedding_types``: ``float`` (the model's L2-normalised embedding, centred as the model centres),
+- ``embedding_types``: ``float`` (the model's L2-normalised embedding, centered as the model centers),
   ``int8``/``uint8``/``binary``/``ubinary`` made from it by
   :func:`genembed.encoders.quantize.quantize_embeddings` (sentence-transformers' semantics: int8/uint8
   scale each dimension over the request's texts, so they need two or more texts and compare only
@@ -27,7 +27,7 @@ import numpy as np
 from fastapi import APIRouter, Depends
 
 from ..encoders.quantize import quantize_embeddings
-from .embeddings import embed_texts, to_base64, truncate_dimensions
+from .embeddings import check_dimensions, embed_texts, to_base64, truncate_dimensions
 from .errors import APIError, error_responses
 from .instructions import choose_instruction
 from .schemas import (
@@ -151,12 +151,7 @@ async def embed_v2(body: V2CohereEmbedRequest, state: ServingState = Depends(get
     ``truncate`` says and ``output_dimension`` keeps the first dimensions (renormalised)."""
     if body.inputs:
         raise APIError(422, "inputs (mixed text and image content) are not supported: give texts", param="inputs")
-    if body.output_dimension is not None and body.output_dimension > state.model.dim:
-        raise APIError(
-            422,
-            f"output_dimension={body.output_dimension} exceeds the model's embedding size {state.model.dim}",
-            param="output_dimension",
-        )
+    check_dimensions(body.output_dimension, state, "output_dimension")
     vectors, tokens = await _embed(state, body, max_tokens=body.max_tokens)
     if body.output_dimension is not None:
         vectors = truncate_dimensions(vectors, body.output_dimension)

@@ -26,6 +26,12 @@ def truncate_dimensions(vectors: np.ndarray, dimensions: int) -> np.ndarray:
     return cut / np.maximum(norms, 1e-12)
 
 
+def check_dimensions(requested: int | None, state: ServingState, param: str) -> None:
+    """HTTP 422 when a request asks for more dimensions than the model's embeddings have."""
+    if requested is not None and requested > state.model.dim:
+        raise APIError(422, f"{param}={requested} exceeds the model's embedding size {state.model.dim}", param=param)
+
+
 def to_base64(vector: np.ndarray) -> str:
     """Little-endian float32 bytes, base64-encoded (what OpenAI clients decode)."""
     return base64.b64encode(np.ascontiguousarray(vector, dtype="<f4").tobytes()).decode("ascii")
@@ -65,12 +71,7 @@ async def create_embeddings(body: EmbeddingRequest, state: ServingState = Depend
         task=body.task,
     )
     texts = request_texts(body, state)
-    if body.dimensions is not None and body.dimensions > state.model.dim:
-        raise APIError(
-            422,
-            f"dimensions={body.dimensions} exceeds the model's embedding size {state.model.dim}",
-            param="dimensions",
-        )
+    check_dimensions(body.dimensions, state, "dimensions")
     vectors, tokens = await embed_texts(state, texts, instruction, steps=body.steps, field="input")
     if body.dimensions is not None:
         vectors = truncate_dimensions(vectors, body.dimensions)

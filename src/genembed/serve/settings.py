@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..encoders.centering import DEFAULT_CACHE_SIZE
-from ..encoders.methods import DEFAULT_METHOD, METHODS
+from ..encoders.methods import DEFAULT_MAX_STEPS, DEFAULT_METHOD, DEFAULT_STEPS, METHODS
 from ..encoders.prompts import PROMPT_FORMATS
+from ..generation.sampling import SamplingOptions
 
 __all__ = ["ServeSettings"]
 
@@ -24,8 +25,8 @@ class ServeSettings:
     api_key: str | None = None  # when set, /v1/* needs "Authorization: Bearer <key>"
     method: str = DEFAULT_METHOD  # embedding method: a name in genembed.encoders.methods.METHODS
     prompt_format: str | None = None  # a name in PROMPT_FORMATS; None: the model's own, else the method's
-    default_steps: int = 5  # GIRCSE soft tokens K when a request does not say
-    max_steps: int = 20  # highest `steps` a request may ask for
+    default_steps: int = DEFAULT_STEPS  # GIRCSE soft tokens K when a request does not say
+    max_steps: int = DEFAULT_MAX_STEPS  # highest `steps` a request may ask for
     max_inputs: int = 256  # texts per embeddings request, documents per rerank request
     max_input_tokens: int = 512  # tokens per prompt (text + instruction + template); longer -> 413
     max_request_tokens: int = 32768  # prompt tokens per request, all inputs together
@@ -34,7 +35,7 @@ class ServeSettings:
     encode_batch_size: int = 32  # texts per forward pass inside a micro-batch
     max_queue: int = 256  # waiting embedding requests (and, separately, chat/rerank requests) before 429
     max_new_tokens: int = 512  # chat: highest max_tokens a request may ask for
-    default_max_new_tokens: int = 256  # chat: max_tokens when a request does not say
+    default_max_new_tokens: int = SamplingOptions.max_new_tokens  # chat: max_tokens when a request does not say
     max_prompt_tokens: int = 2048  # chat: tokens of the formatted conversation
     # named instructions (prompt_name / input_type / task -> instruction), over the model's and the
     # defaults in genembed.serve.instructions; e.g. {"query": "Given a question, retrieve answers."}
@@ -44,10 +45,10 @@ class ServeSettings:
     token_encoding: str | None = None
     rerank_scoring: str = "query_likelihood"  # rerank scoring when a request does not say
     cors_origins: tuple[str, ...] = ()  # browser origins allowed to call the API ("*" for any); none by default
-    # with a centring model (genembed.encoders.centering): centre only the named instructions (stored
-    # with the model or computed at start-up); a request's own instruction is then embedded uncentred
+    # with a centering model (genembed.encoders.centering): center only the named instructions (stored
+    # with the model or computed at start-up); a request's own instruction is then embedded uncentered
     center_named_only: bool = False
-    center_cache_size: int = DEFAULT_CACHE_SIZE  # centres of other instructions kept in memory (LRU)
+    center_cache_size: int = DEFAULT_CACHE_SIZE  # centers of other instructions kept in memory (LRU)
 
     def __post_init__(self) -> None:
         for name in (

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from fastapi import Request
 
-from ..encoders.centering import calibration_texts, centre, centre_cache, centre_key
+from ..encoders.centering import calibration_texts, center_cache, center_key, instruction_center
 from ..encoders.prompts import encode_prompts
 from .batcher import EmbeddingBatcher
 from .errors import APIError
@@ -45,7 +45,7 @@ class ServingState:
         # two threads at once, so the event loop counts tokens with its own copy.
         self.tokenizer = copy.deepcopy(model.backbone.tokenizer)
         self.instructions = named_instructions(model, settings.instructions)
-        centre_cache(model.backbone).max_size = settings.center_cache_size
+        center_cache(model.backbone).max_size = settings.center_cache_size
         self.token_decoder = TokenDecoder(self.tokenizer, settings.token_encoding)
         self.metrics = ServeMetrics()
         self.metrics.watch_queues(lambda: self.batcher.queued if self.batcher else 0, lambda: self.worker.active)
@@ -72,23 +72,26 @@ class ServingState:
     def warm_up(self) -> int:
         """Make the first request as fast as the next ones; runs on the model thread before it.
 
-        With a centring model, loads or computes the centres of the named instructions for requests
+        With a centering model, loads or computes the centers of the named instructions for requests
         that leave the settings at their defaults, and keeps them for the server's life (the cache of
-        other instructions' centres cannot push them out). Then embeds one text, which pays the
+        other instructions' centers cannot push them out). Then embeds one text, which pays the
         one-off costs of a process's first forward pass (about a second on a CPU).
 
         Returns:
-            How many centres had to be computed (none when they are stored with the model).
+            How many centers had to be computed (none when they are stored with the model).
         """
         s = self.settings
-        cache = centre_cache(self.model.backbone)
+        cache = center_cache(self.model.backbone)
         before = cache.computed
         if self.model.center:
-            options = self.model.embed_settings(
+            embed_settings = self.model.embed_settings(
                 method=s.method, steps=s.default_steps, max_length=s.max_input_tokens, batch_size=s.encode_batch_size
             )
             for instruction in dict.fromkeys(self.instructions.values()):
-                cache.keep(centre_key(options, instruction), centre(self.model.backbone, options, instruction))
+                cache.keep(
+                    center_key(embed_settings, instruction),
+                    instruction_center(self.model.backbone, embed_settings, instruction),
+                )
         text = calibration_texts()[0]
         prompt, tokens = self.embedding_prompt_lengths([text], "")  # no request runs yet: the tokenizer is free
         if prompt[0] - tokens[0] < s.max_input_tokens:  # else no text fits and every request gets 413

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import torch
 
-from genembed.generation._padding import right_padded_batches
+from genembed.generation._scoring import right_padded_batches
 
 
 def test_rows_are_right_padded_and_masked_after_a_prefix():

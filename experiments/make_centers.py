@@ -1,15 +1,15 @@
-"""The centres shipped with the bundled adapters: ``centres.safetensors`` in each adapter's folder.
+"""The centers shipped with the bundled adapters: ``centers.safetensors`` in each adapter's folder.
 
 For each shipped adapter (``genembed.loading.SHIPPED_ADAPTERS``), loads the bundled backbone with it in
-float32 and stores the centres (:mod:`genembed.encoders.centering`) of the instructions a server names
+float32 and stores the centers (:mod:`genembed.encoders.centering`) of the instructions a server names
 (``genembed.serve.instructions.named_instructions``: the model's ``prompts`` and the server's query,
 document, classification, clustering and text-matching instructions), with the model's default
 settings, so that ``genembed.load()`` and a fresh ``genembed serve`` compute none of them:
 
-    make centres    # GENEMBED_CENTRE_CACHE=off .venv/bin/python experiments/make_centres.py
+    make centers    # GENEMBED_CENTER_CACHE=off .venv/bin/python experiments/make_centers.py
 
 Rerun it when the calibration texts, an adapter, the default settings or a named instruction change
-(a centres file made from other calibration texts is ignored, with a warning, when loaded).
+(a centers file made from other calibration texts is ignored, with a warning, when loaded).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 
 import genembed
-from genembed.encoders.centering import centre_cache, save_centres
+from genembed.encoders.centering import center_cache, save_centers
 from genembed.loading import SHIPPED_ADAPTERS
 from genembed.serve.instructions import named_instructions
 
@@ -26,10 +26,10 @@ def main() -> None:
     for name, folder in SHIPPED_ADAPTERS.items():
         start = time.perf_counter()
         model = genembed.load(adapter=name, dtype="float32", device="cpu")
-        centre_cache(model.backbone).stored.clear()  # computed afresh, not carried over from an older file
+        center_cache(model.backbone).stored.clear()  # computed afresh, not carried over from an older file
         instructions = list(named_instructions(model).values())
-        written = save_centres(model.backbone, folder, model.embed_settings(), instructions)
-        print(f"{folder}: {len(written)} centres in {time.perf_counter() - start:.1f} s")
+        written = save_centers(model.backbone, folder, model.embed_settings(), instructions)
+        print(f"{folder}: {len(written)} centers in {time.perf_counter() - start:.1f} s")
 
 
 if __name__ == "__main__":
