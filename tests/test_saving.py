@@ -93,6 +93,18 @@ def test_adapter_on_an_in_memory_backbone_saves_base_and_adapter(tmp_path, tiny)
     np.testing.assert_allclose(genembed.load(folder, adapter=False).encode(TEXTS), base, atol=1e-6)
 
 
+def test_a_saved_model_takes_another_adapter_in_place_of_its_own(tmp_path, tiny):
+    import copy
+
+    other = _lora(copy.deepcopy(tiny), seed=2)
+    other.model.save_pretrained(tmp_path / "other-lora")
+    want = GenerativeEmbedder(other, adapter="other-lora").encode(TEXTS)
+    folder = GenerativeEmbedder(_lora(tiny), adapter="my-lora").save(tmp_path / "saved")
+    loaded = genembed.load(folder, adapter=tmp_path / "other-lora")
+    assert loaded.adapter == "other-lora"
+    np.testing.assert_allclose(loaded.encode(TEXTS), want, atol=1e-5)
+
+
 def test_a_local_backbone_is_copied_or_referenced_relative_to_the_folder(tmp_path, tiny):
     tiny.model.save_pretrained(tmp_path / "base")
     tiny.tokenizer.save_pretrained(tmp_path / "base")

@@ -206,15 +206,15 @@ def _load_saved(
         ) from exc
     backbone.name = settings["backbone"]["name"]
     saved_adapter = (folder / "adapter_config.json").is_file()
-    adapter_name, adapter_path = None, None
+    name, adapter_path = None, None
     if adapter is None and saved_adapter:
         attach_adapter(backbone, folder)
         adapter_path = folder
-        adapter_name = settings.get("adapter") or folder.name
+        name = settings.get("adapter") or folder.name
     elif adapter not in (None, False):
         adapter_path = resolve_adapter(adapter, options["local_files_only"])
         attach_adapter(backbone, adapter_path)
-        adapter_name = adapter_name(adapter, adapter_path)
+        name = adapter_name(adapter, adapter_path)
     trained_for = read_trained_for(adapter_path) if adapter_path else None
     if adapter_path == folder or (adapter_path is None and not saved_adapter):  # the saved weights
         load_centers(backbone, folder)
@@ -229,7 +229,7 @@ def _load_saved(
     encode["center"] = encode["center"] if center is None else center
     extra = {key: settings[key] for key in ("prompts", "default_prompt_name", "similarity_fn_name") if key in settings}
     try:
-        model = GenerativeEmbedder(backbone, adapter=adapter_name, **encode, **extra)
+        model = GenerativeEmbedder(backbone, adapter=name, **encode, **extra)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{where}: {exc}") from exc
     model.generation_adapter = joint
