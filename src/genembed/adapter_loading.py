@@ -19,6 +19,7 @@ __all__ = [
     "adapter_name",
     "attach_adapter",
     "choose_generator",
+    "record_adapter",
     "default_adapter",
     "resolve_adapter",
     "shipped_adapter",
@@ -133,3 +134,12 @@ def attach_adapter(backbone, adapter_path: Path) -> None:
     folder = adapter_folder(adapter_path)
     with quiet_peft():
         backbone.model = PeftModel.from_pretrained(backbone.model, str(folder)).eval()
+
+
+def record_adapter(model: Any, adapter_path: Path | None, generation_adapter: str | os.PathLike | bool | None) -> None:
+    """Note on a freshly built model which adapter it carries (``adapter_path``, ``trained_for``), generate
+    with it when it was trained for generation too, then apply ``load``'s ``generation_adapter`` argument."""
+    model.adapter_path = str(adapter_path.resolve()) if adapter_path else None
+    model.trained_for = read_trained_for(adapter_path) if adapter_path else None
+    model.generation_adapter = bool(model.trained_for and model.trained_for.generation)
+    choose_generator(model, generation_adapter)

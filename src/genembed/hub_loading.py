@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .adapter_loading import adapter_name, attach_adapter, choose_generator, resolve_adapter
+from .adapter_loading import adapter_name, attach_adapter, record_adapter, resolve_adapter
 from .backbone.default_model import MissingModelError
 from .backbone.hub import looks_like_path
 from .backbone.loading import load_backbone
@@ -79,7 +79,6 @@ def load_hub_checkpoint(
         backbone_options: dtype, device, local_files_only, device_map, quantization for
             :func:`~genembed.backbone.loading.load_backbone`.
     """
-    from .adapter_info import read_trained_for
 
     own_adapter = is_adapter_folder(folder)
     base = adapter_base(folder, entry.base if entry else None) if own_adapter else repo
@@ -106,8 +105,5 @@ def load_hub_checkpoint(
         center=bool(center),  # centering is genembed's idea, not the authors': off unless asked
         **settings,
     )
-    model.adapter_path = str(adapter_path.resolve()) if adapter_path else None
-    model.trained_for = read_trained_for(adapter_path) if adapter_path else None
-    model.generation_adapter = bool(model.trained_for and model.trained_for.generation)
-    choose_generator(model, generation_adapter)
+    record_adapter(model, adapter_path, generation_adapter)
     return model

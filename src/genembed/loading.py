@@ -16,6 +16,7 @@ from .adapter_loading import (
     attach_adapter,
     choose_generator,
     default_adapter,
+    record_adapter,
     resolve_adapter,
     shipped_adapter,
     trained_for_generation,
@@ -132,12 +133,11 @@ def load(
     backbone = load_backbone(model, **options)
     if adapter is None and model is None:
         adapter = default_adapter()
-    adapter_path, trained_for, shipped = None, None, False
+    adapter_path, shipped = None, False
     if adapter not in (None, False):
         adapter_path = resolve_adapter(adapter, local_files_only)
         attach_adapter(backbone, adapter_path)
         load_centers(backbone, adapter_path)
-        trained_for = read_trained_for(adapter_path)
         shipped = adapter_path.resolve() in {folder.resolve() for folder in SHIPPED_ADAPTERS.values()}
     model = GenerativeEmbedder(
         backbone,
@@ -145,10 +145,7 @@ def load(
         adapter=adapter_name(adapter, adapter_path) if adapter_path else None,
         center=shipped if center is None else center,
     )
-    model.adapter_path = str(adapter_path.resolve()) if adapter_path else None
-    model.trained_for = trained_for
-    model.generation_adapter = bool(trained_for and trained_for.generation)
-    choose_generator(model, generation_adapter)
+    record_adapter(model, adapter_path, generation_adapter)
     return model
 
 
