@@ -11,9 +11,9 @@ from genembed.training import train
 from genembed.training.data import ContrastiveRow, build_contrastive_batch, collate_generative, tokenize_chat
 from genembed.training.data.generative import GenerativeRow
 from genembed.training.forward import embed_batch, tokenize_texts
-from genembed.training.grad_cache import grad_cache_step, split_batch
+from genembed.training.grad_cache import grad_cache_single, grad_cache_step, length_sorted, split_batch
 from genembed.training.lora import make_trainable
-from genembed.training.losses import ICRLoss, InfoNCE, NextTokenLoss, SimilarityDistillation
+from genembed.training.losses import EmbeddingDistillation, ICRLoss, InfoNCE, NextTokenLoss, SimilarityDistillation
 from genembed.training.objective import Objective
 
 ROWS = [
@@ -56,6 +56,43 @@ def test_split_batch_trims_padding_and_embeds_each_row_as_the_whole_batch_does(t
         whole = embed_batch(tiny.model, q, settings)
         chunked = torch.cat([embed_batch(tiny.model, p, settings) for p in parts])
     torch.testing.assert_close(chunked, whole, rtol=1e-4, atol=1e-5)
+
+
+def test_single_text_grad_cache_chunks_shortest_first_and_keeps_the_whole_batch_gradient(tiny):
+    # texts of very different lengths in a mixed order: chunked as given, every chunk pads to a long
+    # text; sorted, the chunks trim most padding, and the order-free loss and its gradients are unchanged
+    texts = [("word " * n).strip() for n in (12, 2, 10, 3, 11, 1, 9, 4)]
+    batch = tokenize_texts(tiny.tokenizer, texts, [""] * len(texts), prompt_format="plain", max_length=128)
+    vectors = torch.randn(len(texts), 6, generator=torch.Generator().manual_seed(0))
+    rows, moved = length_sorted(batch, vectors)
+    lengths = rows.attention_mask.sum(dim=1)
+    assert (lengths[1:] >= lengths[:-1]).all()
+    for row in range(len(texts)):  # each text keeps its own teacher vector
+        same = [i for i in range(len(texts)) if torch.equal(moved[row], vectors[i])]
+        assert len(same) == 1 and torch.equal(rows.input_ids[row], batch.input_ids[same[0]])
+
+    def cells(b):
+        return sum(part.input_ids.numel() for part in split_batch(b, 4))
+
+    assert cells(rows) < 0.7 * cells(batch)
+
+    model = _active_lora(tiny)
+    distill = _weighted(SimilarityDistillation(0.05, 0.1), 1.0)
+    regress = _weighted(EmbeddingDistillation(model.config.hidden_size, 6), 0.5)
+    objective = Objective(model, EmbedSettings(steps=3), ICRLoss(0.05), terms={"distill": distill, "regress": regress})
+    model.zero_grad(set_to_none=True)
+    plain = objective(texts=batch, teacher_texts=vectors)
+    plain["objective"].backward()
+    reference = _grads(model)
+    model.zero_grad(set_to_none=True)
+    cached = grad_cache_single(objective, batch, vectors, chunk=4)
+    got = _grads(model)
+    assert cached["loss"].item() == pytest.approx(plain["loss"].item(), rel=1e-5)
+    assert set(got) == set(reference) and len(got) > 10
+    for name, grad in got.items():
+        ref = reference[name]
+        assert ref.abs().sum() > 0, name
+        torch.testing.assert_close(grad, ref, rtol=1e-3, atol=1e-4 * ref.abs().max().item(), msg=name)
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 
 import numpy as np
@@ -18,7 +19,7 @@ from genembed.training.data import ShareSchedule
 from genembed.training.losses import EmbeddingDistillation, ICRLoss, SimilarityDistillation
 from genembed.training.objective import Objective
 from genembed.training.teacher_map import MAP_FILE
-from genembed.training.teacher_targets import MissingTargetsError, build_targets, training_texts
+from genembed.training.teacher_targets import MissingTargetsError, TargetStore, build_targets, training_texts
 
 
 @pytest.fixture(scope="module")
@@ -167,13 +168,61 @@ def test_config_errors_name_the_key(tmp_path, loss, single, message, run_config)
         run_config(tmp_path, None, loss=loss, single=single)
 
 
-def test_missing_targets_fail_before_the_model_loads(tmp_path, tiny_teacher, assets, run_config):
+def test_a_run_computes_the_targets_its_store_lacks_once_and_keeps_them(
+    tmp_path, tiny_folder, tiny_teacher, assets, run_config, caplog
+):
+    root, teacher = tmp_path / "targets", str(tiny_teacher)
+    build_targets(training_texts([assets / "qa_pairs.jsonl"]), root, teacher, device="cpu", progress=False)
+    before = TargetStore.open(root, teacher)
+    loss = {"distill_weight": 1.0, "distill_teacher": teacher, "distill_targets": str(root)}
+    cfg = run_config(tmp_path / "run", tiny_folder, loss=loss, train={"max_steps": 2})  # similar.jsonl: not stored
+    with caplog.at_level(logging.WARNING, logger="genembed.training.setup"):
+        train(cfg)
+    assert re.search(r"\d+ of the \d+ training texts have no cached target .* the teacher computes them", caplog.text)
+    after = TargetStore.open(root, teacher)
+    added = [text for text in training_texts([assets / "similar.jsonl"]) if text in set(before.missing([text]))]
+    drawn = [text for text in added if not after.missing([text])]
+    assert drawn and len(after.index) == len(before.index) + len(drawn)  # the batches' texts, each once
+    reference = build_targets(drawn, tmp_path / "reference", teacher, device="cpu", progress=False)
+    torch.testing.assert_close(after.vectors(drawn), reference.vectors(drawn), rtol=0, atol=2e-3)
+    old = training_texts([assets / "qa_pairs.jsonl"])
+    torch.testing.assert_close(after.vectors(old), before.vectors(old), rtol=0, atol=0)  # the old ones untouched
+
+
+def test_a_store_fills_a_lookup_miss_with_its_encoder_and_saves_a_chunk(tmp_path):
+    calls = []
+
+    def encode(texts):
+        calls.append(list(texts))
+        return np.stack([np.full(4, float(len(t)), np.float32) + np.arange(4) for t in texts])
+
+    store = build_targets(["one"], tmp_path, "fake", encode=encode, dimension=4, progress=False)
+    with pytest.raises(MissingTargetsError, match="1 of 2 texts have no cached target of fake"):
+        store.vectors(["one", "three"])
+    store.fill_with(encode)
+    got = store.vectors(["one", "three", "three", "sixteen"])
+    assert calls[-1] == ["three", "sixteen"]  # the misses only, each once
+    torch.testing.assert_close(got[1], F.normalize(torch.arange(4.0) + 5, dim=0), atol=1e-3, rtol=0)
+    store.vectors(["three"])
+    assert len(calls) == 2  # nothing computed twice
+    reopened = TargetStore.open(tmp_path, "fake")
+    assert sorted(p.name for p in store.folder.glob("chunk-*")) == [
+        "chunk-000000.safetensors",
+        "chunk-000001.safetensors",
+    ]
+    torch.testing.assert_close(reopened.vectors(["sixteen", "one"]), store.vectors(["sixteen", "one"]))
+
+
+def test_a_multi_process_run_needs_a_complete_store(tmp_path, tiny_teacher, assets, run_config):
+    from genembed.training.data import ContrastiveStream
+    from genembed.training.setup import _open_targets
+
     root = tmp_path / "targets"
     build_targets(training_texts([assets / "qa_pairs.jsonl"]), root, str(tiny_teacher), device="cpu", progress=False)
-    cfg = run_config(tmp_path / "run", tmp_path / "no-such-model", loss={
+    cfg = run_config(tmp_path / "run", None, loss={
         "distill_weight": 1.0, "distill_teacher": str(tiny_teacher), "distill_targets": str(root)})  # fmt: skip
     with pytest.raises(MissingTargetsError, match=r"of the \d+ training texts have no cached target .*teacher-targets"):
-        train(cfg)
+        _open_targets(cfg, ContrastiveStream.from_config(cfg, 2), None, 2, "cpu")
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,7 @@ from .data.generative import GenerativeBatch
 from .forward import embed_batch
 from .objective import Objective
 
-__all__ = ["grad_cache_single", "grad_cache_step", "split_batch"]
+__all__ = ["grad_cache_single", "grad_cache_step", "length_sorted", "split_batch"]
 
 
 def split_batch(batch: Batch, chunk: int) -> list[Batch]:
@@ -42,6 +42,16 @@ def split_batch(batch: Batch, chunk: int) -> list[Batch]:
             Batch(batch.input_ids[rows, first:], batch.attention_mask[rows, first:], batch.text_mask[rows, first:])
         )
     return parts
+
+
+def length_sorted(batch: Batch, *aligned: torch.Tensor) -> tuple[Batch, ...]:
+    """The batch's rows (and each ``aligned`` tensor's rows) shortest first, so that :func:`split_batch`'s
+    chunks hold texts of similar length and trim most of their padding. Only for losses that do not
+    depend on the rows' order (a single-text batch's: its similarity KL and regression are sums over
+    texts and text pairs)."""
+    order = batch.attention_mask.sum(dim=1).argsort(stable=True)
+    rows = Batch(batch.input_ids[order], batch.attention_mask[order], batch.text_mask[order])
+    return rows, *(tensor[order.to(tensor.device)] for tensor in aligned)
 
 
 def grad_cache_step(
@@ -100,7 +110,9 @@ def grad_cache_single(
     autocast: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
 ) -> dict[str, torch.Tensor]:
     """:func:`grad_cache_step` for a single-text batch (:meth:`Objective.single_terms`): the KL over a
-    few hundred texts' similarities needs every text's embedding at once, but only one chunk's activations."""
+    few hundred texts' similarities needs every text's embedding at once, but only one chunk's activations.
+    The texts are chunked shortest first (:func:`length_sorted`): chunks of similar lengths pad less."""
+    texts, teacher_texts = length_sorted(texts, teacher_texts)
     parts = split_batch(texts, chunk)
     terms = _cached_backward(
         objective, parts, lambda z: objective.single_terms(torch.cat(z), teacher_texts), scale, autocast

@@ -24,7 +24,7 @@ from .metrics import MetricsLog
 from .objective import Objective
 from .output import check_output, prepare_output
 from .teacher import Teacher
-from .teacher_targets import TargetStore, targets_root
+from .teacher_targets import STORE, TargetStore, build_targets, targets_folder, targets_root, teacher_encoder
 
 __all__ = [
     "Run",
@@ -142,7 +142,7 @@ def build_run(cfg: RunConfig, resume: bool) -> tuple[Run, dict[str, Any] | None]
         single = SingleStream(expand_files(cfg.single.files), batch_size=cfg.single.batch_size * world, seed=tc.seed)
     init_from = init_adapter(cfg.lora.init_from)  # a missing adapter fails before the model loads too
     # the teacher too (it is small; or its cached vectors); every process scores the batch whose targets it holds
-    targets = _open_targets(cfg, contrastive, single)
+    targets = _open_targets(cfg, contrastive, single, world, str(accelerator.device))
     scores = "scores" in teacher_needs(cfg.loss) and targets is None  # no cache: the teacher runs each batch
     teacher = Teacher.load(cfg.loss.distill_teacher, accelerator.device) if scores else None
     set_seed(tc.seed)
@@ -187,13 +187,18 @@ def _objective_plan(single_share: float, steps: int) -> list[str] | None:
 
 
 def _open_targets(
-    cfg: RunConfig, contrastive: ContrastiveStream | None, single: SingleStream | None
+    cfg: RunConfig, contrastive: ContrastiveStream | None, single: SingleStream | None, world: int, device: str
 ) -> TargetStore | None:
-    """The teacher's cached vectors (``loss.distill_targets``), checked to cover every text the run's losses
-    ask the teacher about, so a missing one fails now rather than hours into the run."""
+    """The teacher's cached vectors (``loss.distill_targets``) of every text the run's losses ask the teacher
+    about. Texts the store lacks are computed by the teacher as batches draw them and added to the store
+    (single process); a multi-process run needs a complete store, so a missing text fails now rather than
+    hours into the run."""
     if cfg.loss.distill_targets is None:
         return None
-    store = TargetStore.open(targets_root(cfg.loss.distill_targets), cfg.loss.distill_teacher)
+    root, teacher = targets_root(cfg.loss.distill_targets), cfg.loss.distill_teacher
+    if world == 1 and not (targets_folder(root, teacher) / STORE).is_file():
+        build_targets([], root, teacher, device=device, progress=False)  # an empty store, to fill as it goes
+    store = TargetStore.open(root, teacher)
     queries: list[str] = []
     documents: list[str] = []
     if contrastive is not None and teacher_needs(cfg.loss):
@@ -201,8 +206,18 @@ def _open_targets(
         documents = [text for rows in contrastive.rows for row in rows for text in (*row.pos, *row.neg)]
     if single is not None:
         documents += [text for file in single.texts for text in file]
-    store.check_covers(queries, documents)
-    return store
+    if world > 1:
+        store.check_covers(queries, documents)
+        return store
+    texts = dict.fromkeys([*(store.prefix + q for q in queries), *documents])
+    missing = len(store.missing(texts))
+    if missing:
+        logger.warning(
+            "%d of the %d training texts have no cached target of %s in %s: the teacher computes them as batches "
+            "draw them and adds them to the store (`genembed teacher-targets` computes them all beforehand)",
+            missing, len(texts), teacher, store.folder,
+        )  # fmt: skip
+    return store.fill_with(teacher_encoder(teacher, device=device, max_length=store.max_length))
 
 
 def _warn_if_single_process_launch(world: int) -> None:

@@ -47,7 +47,9 @@ __all__ = [
     "build_targets",
     "default_root",
     "targets_folder",
+    "next_chunk",
     "targets_root",
+    "teacher_encoder",
     "training_texts",
 ]
 
@@ -125,6 +127,8 @@ class TargetStore:
     index: dict[bytes, int]
     prefix: str = ""
     max_length: int | None = None
+    # computes the texts a lookup misses (then saved as a new chunk): see :meth:`fill_with`
+    encode: Encode | None = None
 
     @property
     def dimension(self) -> int:
@@ -179,6 +183,8 @@ class TargetStore:
             MissingTargetsError: a text is not in the store (the message names one and how to build them).
         """
         prefix = self.prefix if queries else ""
+        if self.encode is not None:
+            self.add(prefix + text for text in texts)
         rows = [self.index.get(text_key(prefix + text)) for text in texts]
         if None in rows:
             missing = [t for t, r in zip(texts, rows, strict=True) if r is None]
@@ -188,6 +194,31 @@ class TargetStore:
                 f"FILES --teacher {self.teacher} --out {self.folder.parent}"
             )
         return self.embeddings[rows].float()
+
+    def fill_with(self, encode: Encode) -> TargetStore:
+        """Compute the texts a lookup misses with ``encode`` (the teacher) instead of failing, and save them.
+
+        For a store that does not yet hold every training text: each batch's missing texts are embedded
+        once, written atomically as a new chunk and kept, so the store grows as training draws texts and
+        a later run (or ``genembed teacher-targets``) reuses them. One writer per store: a multi-process
+        run needs a complete store."""
+        self.encode = encode
+        return self
+
+    def add(self, texts: Iterable[str]) -> int:
+        """Embed and save the texts (as the teacher sees them) the store lacks; returns how many."""
+        todo = list(dict.fromkeys(self.missing(texts)))
+        if not todo:
+            return 0
+        if self.encode is None:
+            raise MissingTargetsError(f"{len(todo)} texts have no target in {self.folder}, and no teacher to fill")
+        vectors = torch.as_tensor(np.asarray(self.encode(todo)), dtype=torch.float32)
+        if vectors.shape != (len(todo), self.dimension):
+            raise ValueError(f"the teacher gave {tuple(vectors.shape)} for {len(todo)} texts")
+        stored = _save_chunk(next_chunk(self.folder), todo, vectors)
+        self.index.update({text_key(text): len(self.embeddings) + i for i, text in enumerate(todo)})
+        self.embeddings = torch.cat([self.embeddings, stored])
+        return len(todo)
 
     def batch_inputs(self, batch: ContrastiveBatch, device: torch.device | str, *, vectors: bool) -> dict[str, Any]:
         """The objective's teacher inputs for a contrastive batch, from the cache: ``teacher_scores`` ``(B, N)``
@@ -260,24 +291,49 @@ def build_targets(
         atomic_write_json(folder / STORE, meta | {"max_length": max_length})
         store = TargetStore.open(root, teacher)
     todo = sorted(dict.fromkeys(store.missing(texts)), key=len, reverse=True)
-    start = len(list(folder.glob("chunk-*.safetensors")))
     with tqdm(total=len(todo), desc=f"targets {teacher}", unit="text", disable=not progress) as bar:
         for i in range(0, len(todo), chunk_size):
             part = todo[i : i + chunk_size]
             vectors = torch.as_tensor(np.asarray(encode(part)), dtype=torch.float32)  # (n, D)
             if vectors.shape != (len(part), store.dimension):
                 raise ValueError(f"the teacher gave {tuple(vectors.shape)} for {len(part)} texts")
-            _save_chunk(folder / f"chunk-{start + i // chunk_size:06d}.safetensors", part, vectors)
+            _save_chunk(next_chunk(folder), part, vectors)
             bar.update(len(part))
     return TargetStore.open(root, teacher)
 
 
-def _save_chunk(path: Path, texts: Sequence[str], vectors: torch.Tensor) -> None:
+def next_chunk(folder: Path) -> Path:
+    """The path of the store's next chunk file (numbered after the highest one there)."""
+    numbers = [int(m.group(1)) for p in folder.glob("chunk-*.safetensors") if (m := _CHUNK.fullmatch(p.name))]
+    return folder / f"chunk-{max(numbers, default=-1) + 1:06d}.safetensors"
+
+
+_CHUNK = re.compile(r"chunk-(\d+)\.safetensors")
+
+
+def _save_chunk(path: Path, texts: Sequence[str], vectors: torch.Tensor) -> torch.Tensor:
+    """Write a chunk atomically; returns its stored (normalised, float16) embeddings."""
     from safetensors.torch import save_file
 
     keys = np.frombuffer(b"".join(text_key(t) for t in texts), np.uint8).reshape(-1, _KEY_BYTES)
-    tensors = {"keys": torch.tensor(keys), "embeddings": torch.nn.functional.normalize(vectors, dim=-1).to(_DTYPE)}
-    atomic_write(path, lambda tmp: save_file(tensors, str(tmp)))
+    stored = torch.nn.functional.normalize(vectors, dim=-1).to(_DTYPE)
+    atomic_write(path, lambda tmp: save_file({"keys": torch.tensor(keys), "embeddings": stored}, str(tmp)))
+    return stored
+
+
+def teacher_encoder(
+    teacher: str, *, device: str | None = None, max_length: int | None = None, batch_size: int = 32
+) -> Encode:
+    """The teacher's encode function, loading the teacher on its first call (for :meth:`TargetStore.fill_with`:
+    a run whose texts are all stored never loads it)."""
+    loaded: list[Encode] = []
+
+    def encode(texts: list[str]) -> Any:
+        if not loaded:
+            loaded.append(_teacher_encoder(teacher, batch_size, device, max_length)[0])
+        return loaded[0](texts)
+
+    return encode
 
 
 def _teacher_encoder(
