@@ -69,14 +69,15 @@ teacher: $(STAMP)
 
 # The teacher's vectors of every distinct training text (124,919 texts), read at 128 word pieces, into
 # ~/.cache/genembed/teacher-targets; resumable, and a no-op once complete. Measured at 14.8 texts/s per CPU
-# core (200 texts, one thread), that is about 2 h 20 min of one core.
+# core (200 texts, one thread), that is about 2 h 20 min of one core. Optional: a stage computes the texts
+# its batches draw that the store lacks, and adds them.
 teacher-targets: teacher
 	$(VENV)/bin/genembed teacher-targets ../shared/data/train/*.jsonl --teacher all-mpnet-base-v2 --max-length 128
 
 # One teacher stage (configs/teacher-stage.yaml) from the shipped default into runs/teacher-stage-$(STAGE),
 # seeded by STAGE; run it again to resume. A stage that ships is appended to default-adapter.
 STAGE ?= 1
-teacher-stage: teacher-targets
+teacher-stage: teacher
 	$(VENV)/bin/genembed train configs/teacher-stage.yaml --resume \
 		train.output_dir=runs/teacher-stage-$(STAGE) train.seed=$(STAGE)
 

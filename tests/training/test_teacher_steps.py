@@ -213,6 +213,19 @@ def test_a_store_fills_a_lookup_miss_with_its_encoder_and_saves_a_chunk(tmp_path
     torch.testing.assert_close(reopened.vectors(["sixteen", "one"]), store.vectors(["sixteen", "one"]))
 
 
+def test_a_run_without_a_store_creates_one_read_at_the_configured_length(
+    tmp_path, tiny_folder, tiny_teacher, run_config
+):
+    root, teacher = tmp_path / "targets", str(tiny_teacher)
+    loss = {"distill_weight": 1.0, "distill_teacher": teacher, "distill_targets": str(root), "distill_max_length": 16}
+    train(run_config(tmp_path / "run", tiny_folder, loss=loss, train={"max_steps": 1}))
+    store = TargetStore.open(root, teacher)
+    assert store.max_length == 16 and len(store.index) >= 12  # one batch: 6 queries, their positives and negatives
+    loss["distill_max_length"] = 12
+    with pytest.raises(ConfigError, match=r"loss.distill_max_length is 12, but .* read at 16 tokens"):
+        train(run_config(tmp_path / "run2", tiny_folder, loss=loss, train={"max_steps": 1}))
+
+
 def test_a_multi_process_run_needs_a_complete_store(tmp_path, tiny_teacher, assets, run_config):
     from genembed.training.data import ContrastiveStream
     from genembed.training.setup import _open_targets

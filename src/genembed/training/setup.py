@@ -195,10 +195,19 @@ def _open_targets(
     hours into the run."""
     if cfg.loss.distill_targets is None:
         return None
-    root, teacher = targets_root(cfg.loss.distill_targets), cfg.loss.distill_teacher
-    if world == 1 and not (targets_folder(root, teacher) / STORE).is_file():
-        build_targets([], root, teacher, device=device, progress=False)  # an empty store, to fill as it goes
+    root, teacher, length = (
+        targets_root(cfg.loss.distill_targets),
+        cfg.loss.distill_teacher,
+        cfg.loss.distill_max_length,
+    )
+    if world == 1 and not (targets_folder(root, teacher) / STORE).is_file():  # an empty store, to fill as it goes
+        build_targets([], root, teacher, device=device, max_length=length, progress=False)
     store = TargetStore.open(root, teacher)
+    if length is not None and store.max_length != length:
+        raise ConfigError(
+            f"loss.distill_max_length is {length}, but {store.folder} holds targets read at {store.max_length} "
+            "tokens: set it to that, or give another loss.distill_targets"
+        )
     queries: list[str] = []
     documents: list[str] = []
     if contrastive is not None and teacher_needs(cfg.loss):

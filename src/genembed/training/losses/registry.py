@@ -138,6 +138,9 @@ SHARED_OPTIONS = (
     Option("cross_device_negatives", bool, True, "multi-process: score queries against every process's documents"),
     Option("distill_teacher", str, "all-MiniLM-L6-v2", "the teacher (see training/teachers.py) or a folder"),
     Option("distill_targets", str | None, None, "a root of cached teacher targets (genembed teacher-targets)"),
+    Option(
+        "distill_max_length", int | None, None, "tokens the teacher reads per target text; None = its own", "positive"
+    ),
 )
 
 
