@@ -7,6 +7,8 @@ backward, AdamW step, on SmolLM2-135M-Instruct with LoRA (r=16, all linear proje
    the same batch (small, so the recompute path stays affordable).
 2. Realistic step: the cached path at a training-sized batch (default 16 queries x (1 pos + 1 hard
    negative), texts cut to 64 tokens), in fp32 and with bf16 autocast.
+3. Frozen lower layers (``lora.frozen_layers``): the realistic fp32 step with every layer's LoRA training
+   against the first ``--frozen-layers`` layers' frozen, alternated step by step.
 
 Run (2 CPU cores, a few minutes, under the shared lock):
 
@@ -78,6 +80,7 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=64, help="tokens per prompt (template included)")
     parser.add_argument("--reps", type=int, default=3, help="timed steps per setting (after one warm-up step)")
     parser.add_argument("--lora-r", type=int, default=16)
+    parser.add_argument("--frozen-layers", type=int, default=15, help="lower layers frozen in part 3 (0: skip it)")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "train_step.json")
     args = parser.parse_args()
 
@@ -122,6 +125,30 @@ def main() -> None:
             f" LoRA r={args.lora_r}, {precision}): median {statistics.median(values):.2f} s"
         )
 
+    frozen: dict[str, list[float]] = {}
+    if args.frozen_layers:
+        from genembed.training.lora import freeze_lower_layers
+
+        lower = [p for n, p in model.named_parameters() if p.requires_grad]
+        frozen = {"all layers": [], f"{args.frozen_layers} lower frozen": []}
+        for rep in range(args.reps + 1):  # the first round warms up
+            for setting in frozen:
+                for param in lower:
+                    param.requires_grad_(True)
+                if setting != "all layers":
+                    freeze_lower_layers(model, args.frozen_layers)
+                seconds = _step(objective(True), optimizer, big, bf16=False)
+                if rep:
+                    frozen[setting].append(seconds)
+        for param in lower:
+            param.requires_grad_(True)
+        times_frozen = {k: statistics.median(v) for k, v in frozen.items()}
+        print(
+            "frozen lower layers (realistic step, fp32): "
+            + ", ".join(f"{k} {v:.2f} s" for k, v in times_frozen.items())
+            + f", ratio {times_frozen[f'{args.frozen_layers} lower frozen'] / times_frozen['all layers']:.2f}x"
+        )
+
     report = {
         "benchmark": "train_step",
         "git_commit": _git_commit(),
@@ -139,6 +166,7 @@ def main() -> None:
             "seconds": realistic,
             "median": {k: statistics.median(v) for k, v in realistic.items()},
         },
+        "frozen_layers": {"seconds": frozen, "median": {k: statistics.median(v) for k, v in frozen.items()}},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))

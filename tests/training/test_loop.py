@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 from pathlib import Path
@@ -15,6 +16,7 @@ from genembed.encoders.settings import EmbedSettings
 from genembed.training import ConfigError, DataError, train
 from genembed.training.data import ContrastiveStream, FileSpec
 from genembed.training.forward import tokenize_texts
+from genembed.training.lora import freeze_lower_layers, make_trainable
 from genembed.training.losses import ICRLoss
 from genembed.training.objective import Objective
 
@@ -244,6 +246,47 @@ def test_init_from_continues_a_trained_adapter(tmp_path, tiny_folder, run_config
         genembed.load(tiny_folder, adapter=tmp_path / "first").encode(texts, steps=3),
         atol=1e-5,
     )
+
+
+def test_frozen_lower_layers_keep_their_weights_and_the_upper_ones_get_the_same_gradient(
+    tmp_path, tiny_folder, tiny, run_config
+):
+    # the gradients of the upper layers' weights do not depend on whether the lower ones train
+    texts = ["A man is playing a guitar.", "Someone plays the guitar.", "The sky is blue today."]
+    batch = tokenize_texts(tiny.tokenizer, texts, ["I"] * 3, prompt_format="chat", max_length=40)
+    grads = {}
+    for frozen in (0, 1):
+        torch.manual_seed(0)  # the same LoRA A both times
+        model = make_trainable(copy.deepcopy(tiny.model), lora=True, r=4, alpha=8, dropout=0.0)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(len(name))) * 0.05)
+        if frozen:
+            assert freeze_lower_layers(model, frozen) > 0
+        objective = Objective(model, EmbedSettings(steps=3), ICRLoss(0.05))
+        objective(batch, batch, torch.arange(3), None)["objective"].backward()
+        grads[frozen] = {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
+    assert grads[1] and all(".layers.1." in n for n in grads[1])
+    assert set(grads[0]) > set(grads[1])
+    for name, grad in grads[1].items():
+        torch.testing.assert_close(grad, grads[0][name], rtol=1e-4, atol=1e-7)
+    with pytest.raises(ValueError, match=r"lora.frozen_layers must be in \[0, 2\) for this 2-layer model, got 2"):
+        freeze_lower_layers(model, 2)
+
+    # a run: the lower layer's adapter stays as it started, the upper one trains
+    run = train(run_config(tmp_path / "run", tiny_folder, lora={"frozen_layers": 1}, train={"max_steps": 2}))
+    trained = dict(run.model.named_parameters())
+    assert not any(p.requires_grad for n, p in trained.items() if ".layers.0." in n)
+    assert all(p.requires_grad for n, p in trained.items() if ".layers.1." in n and "lora_" in n)
+    moved = {n for n, p in trained.items() if "lora_B" in n and p.abs().sum() > 0}
+    assert moved and all(".layers.1." in n for n in moved)  # B starts at zero: only the upper layer's moved
+
+
+def test_frozen_layers_must_leave_a_layer_to_train(tmp_path, tiny_folder, run_config):
+    cfg = run_config(tmp_path / "run", tiny_folder, lora={"frozen_layers": 2}, train={"max_steps": 1})
+    with pytest.raises(ConfigError, match=r"lora.frozen_layers must be in \[0, 2\)"):
+        train(cfg)
 
 
 def test_init_from_names_a_folder_without_an_adapter(tmp_path, tiny_folder, run_config):

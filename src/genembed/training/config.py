@@ -86,6 +86,9 @@ class LoraSettings:
     # start from a trained LoRA adapter instead of fresh weights: a peft adapter folder, or "default"
     # for the adapter shipped with genembed (its rank, alpha and target modules are then used)
     init_from: str | None = None
+    # the first N decoder layers keep their loaded weights (no gradient): the prompt tokens then need no
+    # backward pass through them, only the soft tokens fed back from the top do
+    frozen_layers: int = 0
 
 
 def _embedding_settings(section: Any, *, checkpoint_chunk: int = 0) -> EmbedSettings:
@@ -215,7 +218,7 @@ _POSITIVE += ("data.batch_size", "generative.batch_size", "generative.max_length
 _POSITIVE += ("train.max_steps", "train.grad_accum", "train.checkpoint_chunk", "train.keep_checkpoints")
 _POSITIVE += ("single.batch_size", "single.max_length")
 _NON_NEGATIVE = tuple(f"loss.{option.name}" for option in loss_options() if option.check == "non_negative")
-_NON_NEGATIVE += ("lora.dropout", "data.hard_negatives", "generative.weight", "train.lr")
+_NON_NEGATIVE += ("lora.dropout", "lora.frozen_layers", "data.hard_negatives", "generative.weight", "train.lr")
 _NON_NEGATIVE += ("train.weight_decay", "train.warmup_steps", "train.max_grad_norm", "train.save_every")
 _NON_NEGATIVE += ("train.grad_cache_chunk", "single.share")
 

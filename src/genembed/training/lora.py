@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,15 @@ import torch
 
 from .._peft import quiet_peft
 
-__all__ = ["add_lora", "continue_lora", "make_trainable", "save_trained", "trainable_state", "load_trainable_state"]
+__all__ = [
+    "add_lora",
+    "continue_lora",
+    "freeze_lower_layers",
+    "make_trainable",
+    "save_trained",
+    "trainable_state",
+    "load_trainable_state",
+]
 
 
 def add_lora(
@@ -66,6 +75,29 @@ def make_trainable(model: Any, *, lora: bool, init_from: str | os.PathLike | Non
         for param in model.parameters():
             param.requires_grad_(True)
     return model.train()
+
+
+def freeze_lower_layers(model: Any, n: int) -> int:
+    """Stop training the weights of the first ``n`` decoder layers (LoRA or full); returns how many tensors.
+
+    They keep the values they were loaded with, so the forward pass is unchanged. Autograd then skips
+    the backward pass through those layers wherever nothing below needs a gradient: the prompt tokens'
+    positions. The soft tokens fed back from the top (GIRCSE) still carry gradients through them.
+
+    Raises:
+        ValueError: ``n`` is not below the model's number of decoder layers.
+    """
+    layers = int(getattr(model.config, "num_hidden_layers", 0))
+    if not 0 <= n < layers:
+        raise ValueError(f"lora.frozen_layers must be in [0, {layers}) for this {layers}-layer model, got {n}")
+    pattern = re.compile(r"\.layers\.(\d+)\.")
+    frozen = 0
+    for name, param in model.named_parameters():
+        match = pattern.search(name)
+        if param.requires_grad and match and int(match.group(1)) < n:
+            param.requires_grad_(False)
+            frozen += 1
+    return frozen
 
 
 def trainable_state(model: Any) -> dict[str, torch.Tensor]:

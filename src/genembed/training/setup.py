@@ -17,7 +17,7 @@ from .checkpoint import load_checkpoint
 from .config import ConfigError, RunConfig
 from .data.sampler import ShareSchedule
 from .data.streams import ContrastiveStream, GenerativeStream, SingleStream, expand_files
-from .lora import make_trainable
+from .lora import freeze_lower_layers, make_trainable
 from .losses import LossContext, NextTokenLoss, build_losses
 from .losses.registry import teacher_needs
 from .metrics import MetricsLog
@@ -242,7 +242,7 @@ def trainable_model(cfg: RunConfig, model: Any, init_from: Path | None) -> Any:
     """``model`` made trainable as ``cfg.lora`` says: a fresh LoRA adapter, the adapter in ``init_from``
     continued, or every weight (the names a checkpoint's weights are stored under)."""
     lora = cfg.lora
-    return make_trainable(
+    model = make_trainable(
         model,
         lora=lora.enabled,
         init_from=init_from,
@@ -251,6 +251,12 @@ def trainable_model(cfg: RunConfig, model: Any, init_from: Path | None) -> Any:
         dropout=lora.dropout,
         target_modules=lora.target_modules,
     )
+    if lora.frozen_layers:
+        try:
+            freeze_lower_layers(model, lora.frozen_layers)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+    return model
 
 
 def init_adapter(init_from: str | None) -> Path | None:
