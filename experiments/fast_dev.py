@@ -3,7 +3,8 @@
 Definition:
 
 - the eight task folders of ``../shared/data/dev``, scored by ``genembed eval``'s harness and metrics;
-- the model at K=5 only (the shipped default's K; no sweep), its own method, prompt format and centering;
+- the model at K=5 only (the shipped default's K; no sweep), its own method and prompt format, centred as
+  the default ships (``--adapter`` folders too);
 - ``scifact-dev`` cut to a fixed subset: its 100 queries, every document judged for them and the first
   300 of the never-cited documents (``load_task(limit=300)``; the full corpus has 1,611 long abstracts,
   the bulk of a full run's encoding); every other task in full, one k-means start;
@@ -61,7 +62,8 @@ def main() -> None:
     from genembed.eval import EmbeddingCache, GenembedEncoder, evaluate
 
     tasks = fast_tasks(args.dev)
-    model = genembed.load(adapter=args.adapter) if args.adapter else genembed.load()
+    # every stage is scored as the default ships: centred (an adapter folder alone loads uncentred)
+    model = genembed.load(adapter=args.adapter, center=True) if args.adapter else genembed.load()
     encoder = GenembedEncoder(
         model,
         method=model.method,
