@@ -14,6 +14,7 @@ Run (2 CPU cores, a few minutes, under the shared lock):
 
     flock /tmp/genembed-cpu.lock .venv/bin/python benchmarks/train_step.py \\
         --out benchmarks/results/train_step.json
+    .venv/bin/python benchmarks/train_step.py --only-frozen --out benchmarks/results/train_step_frozen.json
 
 Data: rows of ``../shared/data/train/snli.jsonl`` (queries with a positive and a hard negative);
 falls back to ``tests/assets/training/similar.jsonl``.
@@ -81,6 +82,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3, help="timed steps per setting (after one warm-up step)")
     parser.add_argument("--lora-r", type=int, default=16)
     parser.add_argument("--frozen-layers", type=int, default=15, help="lower layers frozen in part 3 (0: skip it)")
+    parser.add_argument("--only-frozen", action="store_true", help="run part 3 only")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "train_step.json")
     args = parser.parse_args()
 
@@ -99,31 +101,36 @@ def main() -> None:
     def objective(use_cache: bool) -> Objective:
         return Objective(model, EmbedSettings(steps=args.steps_k, use_cache=use_cache), loss)
 
-    small, small_info = _batch(backbone.tokenizer, data, args.ratio_queries, args.max_length, seed=0)
-    times: dict[str, list[float]] = {"cached": [], "recompute": []}
-    for path in times:  # warm-up
-        _step(objective(path == "cached"), optimizer, small, bf16=False)
-    for _ in range(args.reps):  # alternate, so both paths see the same machine load
-        for path in times:
-            times[path].append(_step(objective(path == "cached"), optimizer, small, bf16=False))
-    ratio = statistics.median(times["recompute"]) / statistics.median(times["cached"])
-    print(
-        f"K={args.steps_k}, {args.ratio_queries} queries: cached {statistics.median(times['cached']):.2f} s, "
-        f"recompute {statistics.median(times['recompute']):.2f} s, ratio {ratio:.2f}x"
-    )
-
+    times: dict[str, list[float]] = {}
+    realistic: dict[str, list[float]] = {}
+    small_info = {}
+    ratio = None
     big, big_info = _batch(backbone.tokenizer, data, args.queries, args.max_length, seed=1)
-    realistic: dict[str, list[float]] = {"fp32": [], "bf16": []}
-    for precision in realistic:  # warm-up
-        _step(objective(True), optimizer, big, bf16=precision == "bf16")
-    for _ in range(args.reps):
-        for precision in realistic:
-            realistic[precision].append(_step(objective(True), optimizer, big, bf16=precision == "bf16"))
-    for precision, values in realistic.items():
+    if not args.only_frozen:
+        small, small_info = _batch(backbone.tokenizer, data, args.ratio_queries, args.max_length, seed=0)
+        times = {"cached": [], "recompute": []}
+        for path in times:  # warm-up
+            _step(objective(path == "cached"), optimizer, small, bf16=False)
+        for _ in range(args.reps):  # alternate, so both paths see the same machine load
+            for path in times:
+                times[path].append(_step(objective(path == "cached"), optimizer, small, bf16=False))
+        ratio = statistics.median(times["recompute"]) / statistics.median(times["cached"])
         print(
-            f"realistic step ({args.queries} queries x (1 pos + 1 neg), <= {args.max_length} tokens, K={args.steps_k},"
-            f" LoRA r={args.lora_r}, {precision}): median {statistics.median(values):.2f} s"
+            f"K={args.steps_k}, {args.ratio_queries} queries: cached {statistics.median(times['cached']):.2f} s, "
+            f"recompute {statistics.median(times['recompute']):.2f} s, ratio {ratio:.2f}x"
         )
+
+        realistic = {"fp32": [], "bf16": []}
+        for precision in realistic:  # warm-up
+            _step(objective(True), optimizer, big, bf16=precision == "bf16")
+        for _ in range(args.reps):
+            for precision in realistic:
+                realistic[precision].append(_step(objective(True), optimizer, big, bf16=precision == "bf16"))
+        for precision, values in realistic.items():
+            print(
+                f"realistic step ({args.queries} queries x (1 pos + 1 neg), <= {args.max_length} tokens, "
+                f"K={args.steps_k}, LoRA r={args.lora_r}, {precision}): median {statistics.median(values):.2f} s"
+            )
 
     frozen: dict[str, list[float]] = {}
     if args.frozen_layers:
@@ -157,8 +164,7 @@ def main() -> None:
         "ratio": {
             "batch": small_info,
             "seconds": times,
-            "median_cached": statistics.median(times["cached"]),
-            "median_recompute": statistics.median(times["recompute"]),
+            "median": {k: statistics.median(v) for k, v in times.items()},
             "recompute_over_cached": ratio,
         },
         "realistic": {
