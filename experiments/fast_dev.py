@@ -8,7 +8,9 @@ Definition:
 - ``scifact-dev`` cut to a fixed subset: its 100 queries, every document judged for them and the first
   300 of the never-cited documents (``load_task(limit=300)``; the full corpus has 1,611 long abstracts,
   the bulk of a full run's encoding); every other task in full, one k-means start;
-- the fast score is the mean over the eight tasks (``fast_mean`` in the JSON).
+- the fast score is the mean over the eight tasks (``fast_mean`` in the JSON);
+- the model at ``dtype="auto"`` (bfloat16 on a CPU with native bf16, as the campaign's machine has; the
+  report's config records it): compare stages scored at the same dtype.
 
 A stage is judged on it (ship when it beats the shipped adapter by more than the seed spread), then scored
 on the full dev protocol (``genembed eval ../shared/data/dev``, K=1/5/10) for the model card. How well
