@@ -180,7 +180,7 @@ def test_a_run_computes_the_targets_its_store_lacks_once_and_keeps_them(
         train(cfg)
     assert re.search(r"\d+ of the \d+ training texts have no cached target .* the teacher computes them", caplog.text)
     after = TargetStore.open(root, teacher)
-    added = [text for text in training_texts([assets / "similar.jsonl"]) if text in set(before.missing([text]))]
+    added = before.missing(training_texts([assets / "similar.jsonl"]))
     drawn = [text for text in added if not after.missing([text])]
     assert drawn and len(after.index) == len(before.index) + len(drawn)  # the batches' texts, each once
     reference = build_targets(drawn, tmp_path / "reference", teacher, device="cpu", progress=False)

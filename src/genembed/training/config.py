@@ -334,8 +334,9 @@ def validate(config: RunConfig) -> None:
         if value not in choices:
             raise ConfigError(f"{key} must be one of {[c for c in choices if c is not None]}, got {value!r}")
     for key in _POSITIVE:  # a key whose type allows None (e.g. loss.distill_max_length) may be None
-        if _get(config, key) is not None and not _get(config, key) > 0:
-            raise ConfigError(f"{key} must be > 0, got {_get(config, key)!r}")
+        value = _get(config, key)
+        if value is not None and not value > 0:
+            raise ConfigError(f"{key} must be > 0, got {value!r}")
     for key in _NON_NEGATIVE:
         if _get(config, key) < 0:
             raise ConfigError(f"{key} must be >= 0, got {_get(config, key)!r}")

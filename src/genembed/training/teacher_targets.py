@@ -212,10 +212,7 @@ class TargetStore:
             return 0
         if self.encode is None:
             raise MissingTargetsError(f"{len(todo)} texts have no target in {self.folder}, and no teacher to fill")
-        vectors = torch.as_tensor(np.asarray(self.encode(todo)), dtype=torch.float32)
-        if vectors.shape != (len(todo), self.dimension):
-            raise ValueError(f"the teacher gave {tuple(vectors.shape)} for {len(todo)} texts")
-        stored = _save_chunk(next_chunk(self.folder), todo, vectors)
+        stored = _append_chunk(self.folder, self.encode, todo, self.dimension)
         self.index.update({text_key(text): len(self.embeddings) + i for i, text in enumerate(todo)})
         self.embeddings = torch.cat([self.embeddings, stored])
         return len(todo)
@@ -294,10 +291,7 @@ def build_targets(
     with tqdm(total=len(todo), desc=f"targets {teacher}", unit="text", disable=not progress) as bar:
         for i in range(0, len(todo), chunk_size):
             part = todo[i : i + chunk_size]
-            vectors = torch.as_tensor(np.asarray(encode(part)), dtype=torch.float32)  # (n, D)
-            if vectors.shape != (len(part), store.dimension):
-                raise ValueError(f"the teacher gave {tuple(vectors.shape)} for {len(part)} texts")
-            _save_chunk(next_chunk(folder), part, vectors)
+            _append_chunk(folder, encode, part, store.dimension)
             bar.update(len(part))
     return TargetStore.open(root, teacher)
 
@@ -311,12 +305,17 @@ def next_chunk(folder: Path) -> Path:
 _CHUNK = re.compile(r"chunk-(\d+)\.safetensors")
 
 
-def _save_chunk(path: Path, texts: Sequence[str], vectors: torch.Tensor) -> torch.Tensor:
-    """Write a chunk atomically; returns its stored (normalised, float16) embeddings."""
+def _append_chunk(folder: Path, encode: Encode, texts: Sequence[str], dimension: int) -> torch.Tensor:
+    """Embed ``texts`` with ``encode`` and write them atomically as the store's next chunk; returns the
+    stored (normalised, float16) embeddings ``(n, D)``."""
     from safetensors.torch import save_file
 
+    vectors = torch.as_tensor(np.asarray(encode(list(texts))), dtype=torch.float32)  # (n, D)
+    if vectors.shape != (len(texts), dimension):
+        raise ValueError(f"the teacher gave {tuple(vectors.shape)} for {len(texts)} texts")
     keys = np.frombuffer(b"".join(text_key(t) for t in texts), np.uint8).reshape(-1, _KEY_BYTES)
     stored = torch.nn.functional.normalize(vectors, dim=-1).to(_DTYPE)
+    path = next_chunk(folder)
     atomic_write(path, lambda tmp: save_file({"keys": torch.tensor(keys), "embeddings": stored}, str(tmp)))
     return stored
 
