@@ -9,7 +9,8 @@ trainable weights with the optimizer state. Exporting one lets a long run be sco
 
 The folder gets the adapter files a finished run writes and the run's ``genembed_train.yaml`` (so the
 adapter says what it was trained for, :mod:`genembed.adapter_info`), with ``step`` recorded in
-``exported_from.json``.
+``exported_from.json``. ``dtype="bfloat16"`` stores the weights at half the size (how the shipped adapters
+are kept); they load into a model of any dtype, cast on load.
 """
 
 from __future__ import annotations
@@ -24,25 +25,33 @@ from .checkpoint import latest_checkpoint, load_checkpoint
 from .config import ConfigError, load_config
 from .lora import load_trainable_state, save_trained
 
-__all__ = ["export_checkpoint"]
+__all__ = ["STORAGE_DTYPES", "export_checkpoint", "store_weights_as"]
 
 _CONFIG = "genembed_train.yaml"
+STORAGE_DTYPES = ("float32", "bfloat16", "float16")
 
 
-def export_checkpoint(run_dir: str | os.PathLike, out: str | os.PathLike, *, step: int | None = None) -> Path:
+def export_checkpoint(
+    run_dir: str | os.PathLike, out: str | os.PathLike, *, step: int | None = None, dtype: str = "float32"
+) -> Path:
     """Write the weights of checkpoint ``step`` (default: the newest) of the run in ``run_dir`` to ``out``.
+
+    ``dtype`` is the dtype the weights are stored in (one of :data:`STORAGE_DTYPES`).
 
     Returns:
         The output folder, loadable with ``genembed.load(base, adapter=out)`` (LoRA runs) or
         ``genembed.load(out)`` (full fine-tuning).
 
     Raises:
-        ConfigError: ``run_dir`` holds no run config or no such checkpoint, or ``out`` already exists.
+        ConfigError: ``run_dir`` holds no run config or no such checkpoint, ``out`` already exists, or
+            ``dtype`` is not a storage dtype.
         DamagedFileError: the checkpoint's files do not match what its ``state.json`` recorded.
     """
     from .setup import init_adapter, load_run_backbone, trainable_model
 
     run_dir, out = Path(run_dir), Path(out)
+    if dtype not in STORAGE_DTYPES:
+        raise ConfigError(f"dtype must be one of {', '.join(STORAGE_DTYPES)}, got {dtype!r}")
     if not (run_dir / _CONFIG).is_file():
         raise ConfigError(f"{run_dir} is not a training run folder: it has no {_CONFIG}")
     checkpoint = _find(run_dir / "checkpoints", step)
@@ -55,9 +64,28 @@ def export_checkpoint(run_dir: str | os.PathLike, out: str | os.PathLike, *, ste
     load_trainable_state(model, saved["weights"])
     with atomic_directory(out) as tmp:
         save_trained(model.eval(), backbone.tokenizer, tmp)
+        if dtype != "float32":
+            for weights in tmp.glob("*.safetensors"):
+                store_weights_as(weights, dtype)
         shutil.copyfile(run_dir / _CONFIG, tmp / _CONFIG)
         atomic_write_json(tmp / "exported_from.json", {"run": str(run_dir.resolve()), "step": saved["step"]})
     return out
+
+
+def store_weights_as(path: Path, dtype: str) -> None:
+    """Rewrite the safetensors file ``path`` with its floating-point tensors in ``dtype`` (metadata kept)."""
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    target = getattr(torch, dtype)
+    with safe_open(str(path), framework="pt") as handle:
+        metadata = handle.metadata()
+        tensors = {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118 (safe_open is no dict)
+    cast = {key: t.to(target) if t.is_floating_point() else t for key, t in tensors.items()}
+    tmp = path.with_name(f".{path.name}.tmp")
+    save_file(cast, str(tmp), metadata=metadata)
+    os.replace(tmp, path)
 
 
 def _find(folder: Path, step: int | None) -> Path:
