@@ -58,6 +58,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="JSON report (the harness's, plus fast_mean)")
     parser.add_argument("--full", type=Path, default=None, help="a full dev report of the same model to compare")
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument(
+        "--dtype", default="auto", help="the model's dtype (auto: the protocol's; float32 to compare stored weights)"
+    )
     args = parser.parse_args()
 
     import genembed
@@ -65,7 +68,8 @@ def main() -> None:
 
     tasks = fast_tasks(args.dev)
     # every stage is scored as the default ships: centred (an adapter folder alone loads uncentred)
-    model = genembed.load(adapter=args.adapter, center=True) if args.adapter else genembed.load()
+    loaded = {"adapter": args.adapter, "center": True} if args.adapter else {}
+    model = genembed.load(dtype=args.dtype, **loaded)
     encoder = GenembedEncoder(
         model,
         method=model.method,
@@ -75,6 +79,8 @@ def main() -> None:
         batch_size=args.batch_size,
     )
     config = {"protocol": "fast dev", "K": K, "limits": LIMITS, "adapter": args.adapter or "default"}
+    if args.dtype != "auto":
+        config["protocol"] = f"fast dev at {args.dtype} (not the protocol's dtype)"
     report = evaluate(encoder, tasks, cache=EmbeddingCache(), out=args.out, log=print, config=config)
     scores = {task.name: task.scores[0] for task in report.tasks}
     result = json.loads(args.out.read_text()) | {"fast_mean": round(sum(scores.values()) / len(scores), 2)}

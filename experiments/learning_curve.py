@@ -8,9 +8,12 @@ before any stage is the shipped adapter's, given with ``--start`` (a folder hold
 
     python experiments/learning_curve.py --start runs/default-scores \\
         --chain kl+regression=runs/teacher-stage-1,runs/teacher-stage-2,runs/teacher-stage-3 \\
+        --reference all-MiniLM-L6-v2=benchmarks/results/minilm_baseline.json \\
         --out experiments/results/learning_curve.png
 
-Writes the PNG and, beside it, the points as JSON. Examples seen count a contrastive row (a query with
+A ``--reference NAME=REPORT.json`` (a dev report of another model, e.g. ``benchmarks/minilm_baseline.py``'s)
+draws that model's full dev mean as a horizontal line: the target. Writes the PNG and, beside it, the points
+as JSON. Examples seen count a contrastive row (a query with
 its documents) or a single text as one; CPU hours are the summed step ``seconds``.
 """
 
@@ -59,7 +62,15 @@ def chain_points(start: Path | None, stages: list[Path]) -> list[dict]:
     return points
 
 
-def plot(chains: dict[str, list[dict]], out: Path) -> None:
+def reference_mean(report: Path) -> float:
+    """The dev mean of a harness report (``mean.score``), e.g. all-MiniLM-L6-v2's from ``minilm_baseline.py``."""
+    data = json.loads(report.read_text())
+    if "score" not in data.get("mean", {}):
+        raise SystemExit(f"{report} is not a dev report: it has no mean.score")
+    return round(data["mean"]["score"], 2)
+
+
+def plot(chains: dict[str, list[dict]], out: Path, references: dict[str, float] | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -72,6 +83,8 @@ def plot(chains: dict[str, list[dict]], out: Path) -> None:
                 shown = [p for p in points if key in p]
                 if shown:
                     ax.plot([p[x] for p in shown], [p[key] for p in shown], style, label=f"{name} ({key} dev)")
+        for i, (name, mean) in enumerate((references or {}).items()):
+            ax.axhline(mean, color=f"C{(7 + i) % 10}", linestyle=":", label=f"{name} {mean:.2f} (full dev)")
         ax.set_xlabel(label)
         ax.set_ylabel("dev mean at K=5")
         ax.grid(alpha=0.3)
@@ -84,6 +97,7 @@ def plot(chains: dict[str, list[dict]], out: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--chain", action="append", required=True, help="NAME=stage1,stage2,... (repeatable)")
+    parser.add_argument("--reference", action="append", default=[], help="NAME=REPORT.json: a line at its dev mean")
     parser.add_argument("--start", type=Path, default=None, help="folder with the shipped adapter's reports")
     parser.add_argument("--out", type=Path, required=True, help="PNG; the points go beside it as .json")
     args = parser.parse_args()
@@ -93,8 +107,14 @@ def main() -> None:
         if not sep or not folders:
             raise SystemExit(f"--chain {item!r} must look like NAME=stage1,stage2")
         chains[name] = chain_points(args.start, [Path(f) for f in folders.split(",")])
+    references = {}
+    for item in args.reference:
+        name, sep, report = item.partition("=")
+        if not sep or not report:
+            raise SystemExit(f"--reference {item!r} must look like NAME=REPORT.json")
+        references[name] = reference_mean(Path(report))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    plot(chains, args.out)
+    plot(chains, args.out, references)
     args.out.with_suffix(".json").write_text(json.dumps(chains, indent=2) + "\n")
     print(f"{args.out} ({', '.join(f'{n}: {len(p) - 1} stages' for n, p in chains.items())})")
 

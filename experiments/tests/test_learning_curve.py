@@ -40,5 +40,13 @@ def test_points_accumulate_along_the_chain(tmp_path):
     assert [p.get("full") for p in points] == [61.5, None, 63.5]
     assert points[1]["examples_by_objective"] == {"contrastive": 16, "single": 128}
     pytest.importorskip("matplotlib")
-    learning_curve.plot({"kl": points}, tmp_path / "curve.png")
+    learning_curve.plot({"kl": points}, tmp_path / "curve.png", {"MiniLM": 63.69})
     assert (tmp_path / "curve.png").stat().st_size > 5_000
+
+
+def test_a_reference_line_is_the_reports_mean_and_a_report_without_one_is_named(tmp_path):
+    (tmp_path / "minilm.json").write_text(json.dumps({"mean": {"score": 63.6924, "scores": {"single": 63.6924}}}))
+    assert learning_curve.reference_mean(tmp_path / "minilm.json") == 63.69
+    (tmp_path / "other.json").write_text(json.dumps({"tasks": []}))
+    with pytest.raises(SystemExit, match="other.json is not a dev report: it has no mean.score"):
+        learning_curve.reference_mean(tmp_path / "other.json")
