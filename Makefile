@@ -43,16 +43,23 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format src tests benchmarks experiments scripts
 	$(VENV)/bin/ruff check --fix src tests benchmarks experiments scripts
 
-# Reproduce the shipped adapter (src/genembed/adapters/smollm2-135m-gircse): 300 steps of ICR at K=5,
-# then 150 more at K=10 (about 2 h 15 min of CPU step time; both stages resume after an interruption).
-default-adapter: $(STAMP)
+# Reproduce the shipped adapter (src/genembed/adapters/smollm2-135m-gircse): 300 steps of ICR at K=5, then 150
+# more at K=10 (about 2 h 15 min of CPU step time), then teacher stage 2 from that adapter (110 steps, 66 min
+# on two threads plus the teacher's targets it computes; configs/teacher-stage.yaml). Every stage resumes after
+# an interruption; `make ship-stage STAGE=2` then stores the result in the package.
+default-adapter: teacher
 	$(VENV)/bin/genembed train configs/gircse-smollm2.yaml --resume
 	$(VENV)/bin/genembed train configs/gircse-smollm2-stage2-k10.yaml --resume
+	$(VENV)/bin/genembed train configs/teacher-stage.yaml --resume train.output_dir=runs/teacher-stage-2 \
+		train.seed=2 lora.init_from=runs/gircse-smollm2-stage2-k10
 
 # Reproduce the shipped "joint" adapter (src/genembed/adapters/smollm2-135m-gircse-joint): the base model's
-# answers to 600 training queries, then 60 steps from the default adapter with ICR plus a next-token loss
-# (17 min beside other jobs, then 31 min of step time on two threads here; both resume after an interruption).
+# answers to 600 training queries, then 60 steps from the ICR adapter of before the teacher stage (the first two
+# stages of default-adapter) with ICR plus a next-token loss (17 min beside other jobs, then 31 min of step time
+# on two threads here; every step resumes after an interruption).
 joint-adapter: $(STAMP)
+	$(VENV)/bin/genembed train configs/gircse-smollm2.yaml --resume
+	$(VENV)/bin/genembed train configs/gircse-smollm2-stage2-k10.yaml --resume
 	test -f runs/selfgen.jsonl || $(VENV)/bin/genembed make-gen-data ../shared/data/train/*.jsonl \
 		--out runs/selfgen.jsonl --limit 600 --max-new-tokens 80
 	$(VENV)/bin/genembed train configs/gircse-smollm2-joint.yaml --resume

@@ -78,11 +78,12 @@ def plot(chains: dict[str, list[dict]], out: Path, references: dict[str, float] 
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for ax, x, label in ((axes[0], "examples", "training examples seen"), (axes[1], "hours", "CPU hours (step time)")):
-        for name, points in chains.items():
-            for key, style in (("fast", "-o"), ("full", "--s")):
+        for index, (name, points) in enumerate(chains.items()):
+            for key, style in (("fast", "-o"), ("full", "--s")):  # one colour per chain, a line style per protocol
                 shown = [p for p in points if key in p]
                 if shown:
-                    ax.plot([p[x] for p in shown], [p[key] for p in shown], style, label=f"{name} ({key} dev)")
+                    xs, ys = [p[x] for p in shown], [p[key] for p in shown]
+                    ax.plot(xs, ys, style, color=f"C{index}", label=f"{name} ({key} dev)")
         for i, (name, mean) in enumerate((references or {}).items()):
             ax.axhline(mean, color=f"C{(7 + i) % 10}", linestyle=":", label=f"{name} {mean:.2f} (full dev)")
         ax.set_xlabel(label)

@@ -70,7 +70,7 @@ def test_the_default_adapter_follows_the_instruction(default_model):
     assert float(emotion[0] @ intent[0]) < 0.99  # the same text, two different embeddings
 
 
-# The shipped "joint" adapter (configs/gircse-smollm2-joint.yaml): the default adapter trained on with a
+# The shipped "joint" adapter (configs/gircse-smollm2-joint.yaml): the ICR adapter trained on with a
 # next-token loss too, so the same weights embed, generate and rerank.
 def test_the_joint_adapter_embeds_and_generates_with_one_set_of_weights():
     import genembed
