@@ -5,7 +5,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed-stamp
 TORCH_VERSION := 2.13.0
 
-.PHONY: run test test-fast setup lint format clean default-adapter joint-adapter centers teacher teacher-targets teacher-stage ship-stage
+.PHONY: run test test-fast setup lint format clean default-adapter joint-adapter centers teacher teacher-targets teacher-stage ship-stage icr-adapter
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -43,13 +43,16 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format src tests benchmarks experiments scripts
 	$(VENV)/bin/ruff check --fix src tests benchmarks experiments scripts
 
-# Reproduce the shipped adapter (src/genembed/adapters/smollm2-135m-gircse): 300 steps of ICR at K=5, then 150
-# more at K=10 (about 2 h 15 min of CPU step time), then teacher stage 2 from that adapter (110 steps, 66 min
-# on two threads plus the teacher's targets it computes; configs/teacher-stage.yaml). Every stage resumes after
-# an interruption; `make ship-stage STAGE=2` then stores the result in the package.
-default-adapter: teacher
+# The ICR adapter both shipped adapters continue (runs/gircse-smollm2-stage2-k10): 300 steps of ICR at K=5, then
+# 150 more at K=10 (about 2 h 15 min of CPU step time; both resume after an interruption).
+icr-adapter: $(STAMP)
 	$(VENV)/bin/genembed train configs/gircse-smollm2.yaml --resume
 	$(VENV)/bin/genembed train configs/gircse-smollm2-stage2-k10.yaml --resume
+
+# Reproduce the shipped adapter (src/genembed/adapters/smollm2-135m-gircse): the ICR adapter, then teacher stage 2
+# from it (110 steps, 66 min on two threads plus the teacher's targets it computes; configs/teacher-stage.yaml;
+# resumes after an interruption); `make ship-stage STAGE=2` then stores the result in the package.
+default-adapter: teacher icr-adapter
 	$(VENV)/bin/genembed train configs/teacher-stage.yaml --resume train.output_dir=runs/teacher-stage-2 \
 		train.seed=2 lora.init_from=runs/gircse-smollm2-stage2-k10
 
@@ -57,9 +60,7 @@ default-adapter: teacher
 # answers to 600 training queries, then 60 steps from the ICR adapter of before the teacher stage (the first two
 # stages of default-adapter) with ICR plus a next-token loss (17 min beside other jobs, then 31 min of step time
 # on two threads here; every step resumes after an interruption).
-joint-adapter: $(STAMP)
-	$(VENV)/bin/genembed train configs/gircse-smollm2.yaml --resume
-	$(VENV)/bin/genembed train configs/gircse-smollm2-stage2-k10.yaml --resume
+joint-adapter: icr-adapter
 	test -f runs/selfgen.jsonl || $(VENV)/bin/genembed make-gen-data ../shared/data/train/*.jsonl \
 		--out runs/selfgen.jsonl --limit 600 --max-new-tokens 80
 	$(VENV)/bin/genembed train configs/gircse-smollm2-joint.yaml --resume
@@ -91,12 +92,13 @@ teacher-stage: teacher
 # Ship a finished stage as the default adapter: its last checkpoint stored in bfloat16 (half the size; stage 2's
 # float32 dev scores moved by at most 0.0033, docs/experiments.md) with its training config, then the centers.
 # Append the stage to default-adapter.
+DEFAULT_ADAPTER := src/genembed/adapters/smollm2-135m-gircse
 ship-stage: $(STAMP)
 	rm -rf runs/teacher-stage-$(STAGE)-bf16
 	$(VENV)/bin/genembed export-checkpoint runs/teacher-stage-$(STAGE) --out runs/teacher-stage-$(STAGE)-bf16 --dtype bfloat16
 	cp runs/teacher-stage-$(STAGE)-bf16/adapter_config.json runs/teacher-stage-$(STAGE)-bf16/adapter_model.safetensors \
-		src/genembed/adapters/smollm2-135m-gircse/
-	cp runs/teacher-stage-$(STAGE)-bf16/genembed_train.yaml src/genembed/adapters/smollm2-135m-gircse/training_config.yaml
+		$(DEFAULT_ADAPTER)/
+	cp runs/teacher-stage-$(STAGE)-bf16/genembed_train.yaml $(DEFAULT_ADAPTER)/training_config.yaml
 	$(MAKE) centers
 
 clean:

@@ -25,7 +25,7 @@ from .checkpoint import latest_checkpoint, load_checkpoint
 from .config import ConfigError, load_config
 from .lora import load_trainable_state, save_trained
 
-__all__ = ["STORAGE_DTYPES", "export_checkpoint", "store_weights_as"]
+__all__ = ["STORAGE_DTYPES", "export_checkpoint"]
 
 _CONFIG = "genembed_train.yaml"
 STORAGE_DTYPES = ("float32", "bfloat16", "float16")
@@ -47,6 +47,8 @@ def export_checkpoint(
             ``dtype`` is not a storage dtype.
         DamagedFileError: the checkpoint's files do not match what its ``state.json`` recorded.
     """
+    import torch
+
     from .setup import init_adapter, load_run_backbone, trainable_model
 
     run_dir, out = Path(run_dir), Path(out)
@@ -62,30 +64,12 @@ def export_checkpoint(
     backbone = load_run_backbone(cfg)
     model = trainable_model(cfg, backbone.model, init_adapter(cfg.lora.init_from))
     load_trainable_state(model, saved["weights"])
+    model.to(getattr(torch, dtype))  # the weights are saved in the dtype they have
     with atomic_directory(out) as tmp:
         save_trained(model.eval(), backbone.tokenizer, tmp)
-        if dtype != "float32":
-            for weights in tmp.glob("*.safetensors"):
-                store_weights_as(weights, dtype)
         shutil.copyfile(run_dir / _CONFIG, tmp / _CONFIG)
         atomic_write_json(tmp / "exported_from.json", {"run": str(run_dir.resolve()), "step": saved["step"]})
     return out
-
-
-def store_weights_as(path: Path, dtype: str) -> None:
-    """Rewrite the safetensors file ``path`` with its floating-point tensors in ``dtype`` (metadata kept)."""
-    import torch
-    from safetensors import safe_open
-    from safetensors.torch import save_file
-
-    target = getattr(torch, dtype)
-    with safe_open(str(path), framework="pt") as handle:
-        metadata = handle.metadata()
-        tensors = {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118 (safe_open is no dict)
-    cast = {key: t.to(target) if t.is_floating_point() else t for key, t in tensors.items()}
-    tmp = path.with_name(f".{path.name}.tmp")
-    save_file(cast, str(tmp), metadata=metadata)
-    os.replace(tmp, path)
 
 
 def _find(folder: Path, step: int | None) -> Path:
