@@ -14,8 +14,10 @@ import torch
 import torch.nn.functional as F
 
 from genembed.encoders.settings import EmbedSettings
-from genembed.training import ConfigError, train
-from genembed.training.data import ShareSchedule
+from genembed.training import ConfigError, step, train
+from genembed.training.data import FileSpec, ShareSchedule, SingleStream
+from genembed.training.data.single import read_single_prompts, read_single_texts
+from genembed.training.forward import tokenize_texts
 from genembed.training.losses import EmbeddingDistillation, ICRLoss, SimilarityDistillation
 from genembed.training.objective import Objective
 from genembed.training.teacher_map import MAP_FILE
@@ -161,6 +163,7 @@ def test_grad_cache_and_resumption_reproduce_the_plain_run(
         ({}, {"share": 0.5}, "single.share > 0 needs single.files"),
         ({}, {"share": 0.5, "files": ["a.jsonl"]}, "single.share > 0 needs loss.distill_targets"),
         ({"distill_targets": "t"}, {"share": 0.5, "files": ["a.jsonl"]}, "needs loss.distill_weight or loss.regress"),
+        ({}, {"instruction": "query"}, "single.instruction must be one of .'none', 'row'., got 'query'"),
     ],
 )
 def test_config_errors_name_the_key(tmp_path, loss, single, message, run_config):
@@ -273,3 +276,62 @@ def test_a_run_of_single_text_steps_only_needs_no_contrastive_data(
     records = _records(tmp_path / "run")
     assert [r["objective"] for r in records] == ["single"] * 3 and all(r["distill"] == 0 for r in records)
     assert records[-1]["regress"] < records[0]["regress"]
+
+
+def test_row_instructions_give_each_single_text_the_instruction_contrastive_training_gives_it(assets, tmp_path):
+    qa, similar = assets / "qa_pairs.jsonl", assets / "similar.jsonl"
+    rows = [json.loads(line) for line in qa.read_text().splitlines()]
+    ask = rows[0]["instruction"]
+    prompts = read_single_prompts(qa, doc_instruction="Represent the passage.")
+    assert prompts == list(
+        dict.fromkeys(
+            [p for r in rows for p in [(r["query"], ask), *((t, "Represent the passage.") for t in r["pos"])]]
+        )
+    )
+    sym = read_single_prompts(similar, symmetric=True)
+    assert {inst for _, inst in sym} == {"Retrieve semantically similar text."}
+    assert [text for text, _ in sym] == read_single_texts(similar)
+    texts = tmp_path / "texts.jsonl"
+    texts.write_text('{"text": "a"}\n{"text": "b"}\n')
+    assert read_single_prompts(texts, symmetric=True) == [("a", ""), ("b", "")]
+
+    files = [FileSpec(str(qa)), FileSpec(str(similar), symmetric=True)]
+    row = SingleStream(files, batch_size=8, seed=3, instruction="row", doc_instruction="Represent the passage.")
+    bare = SingleStream(files, batch_size=8, seed=3)
+    given, drawn = set(prompts) | set(sym), set()
+    for _ in range(6):
+        (texts_row, inst_row), (texts_bare, inst_bare) = row.next(), bare.next()
+        assert texts_row == texts_bare and len(set(texts_row)) == 8 and inst_bare == [""] * 8
+        assert set(zip(texts_row, inst_row)) <= given
+        drawn.update(inst_row)
+    assert drawn == {ask, "Represent the passage.", "Retrieve semantically similar text."}
+    with pytest.raises(ValueError, match="instruction must be one of none, row, got 'query'"):
+        SingleStream(files, batch_size=8, seed=3, instruction="query")
+
+
+def test_a_run_with_row_instructions_embeds_single_texts_under_them(
+    tmp_path, tiny_folder, tiny_teacher, targets, assets, run_config, monkeypatch
+):
+    seen = []
+
+    def spy(tokenizer, texts, instructions, **kwargs):
+        seen.append((list(texts), list(instructions)))
+        return tokenize_texts(tokenizer, texts, instructions, **kwargs)
+
+    monkeypatch.setattr(step, "tokenize_texts", spy)
+    runs = {}
+    for mode in ("row", "none"):
+        seen.clear()
+        cfg = _config(run_config, tmp_path / mode, tiny_folder, tiny_teacher, targets, assets,
+                      loss={"regress_weight": 1.0}, single={"share": 1.0, "instruction": mode},
+                      train={"max_steps": 2})  # fmt: skip
+        train(cfg)
+        runs[mode] = [r["loss"] for r in _records(tmp_path / mode)]
+        assert len(seen) == 2  # one tokenization per single step, no contrastive step
+        ask = "Given a question, retrieve passages that answer it."
+        questions = {json.loads(line)["query"] for line in (assets / "qa_pairs.jsonl").read_text().splitlines()}
+        for texts, instructions in seen:
+            expected = [ask if mode == "row" and t in questions else "" for t in texts]
+            assert instructions == expected
+        assert any(inst for _, insts in seen for inst in insts) == (mode == "row")
+    assert runs["row"][0] != pytest.approx(runs["none"][0], rel=1e-4)  # the same texts, other prompts

@@ -25,6 +25,7 @@ import yaml
 from ..encoders.methods import METHODS, method_rules
 from ..encoders.prompts import PROMPT_FORMATS
 from ..encoders.settings import EmbedSettings
+from .data.single import SINGLE_INSTRUCTIONS
 from .losses.registry import LOSSES, active_terms, contrastive_names, loss_options, term_names
 
 __all__ = [
@@ -157,7 +158,10 @@ class SingleConfig:
     files: list[DataFile] = field(default_factory=list)  # texts files ({"text"}) or contrastive files (every text)
     share: float = 0.0  # fraction of the optimizer steps that are single-text steps (the rest contrastive)
     batch_size: int = 128  # texts per micro-batch (the KL runs over their texts x texts similarities)
-    max_length: int = 64  # tokens per text prompt (no instruction)
+    max_length: int = 64  # tokens per text prompt (its instruction included)
+    # none: texts read bare, as the teacher reads them; row: each under the instruction contrastive training
+    # gives it (a query its row's, a document data.doc_instruction, or its row's in a symmetric file)
+    instruction: str = "none"
 
 
 @dataclass
@@ -209,6 +213,7 @@ _CHOICES = {
     "generative.aggregation": ("sample", "token", "mixed"),
     "train.schedule": ("cosine", "linear", "constant"),
     "train.precision": ("fp32", "bf16", "auto"),
+    "single.instruction": SINGLE_INSTRUCTIONS,
 }
 # the loss keys' checks, as the losses declare them
 _CHOICES |= {f"loss.{option.name}": option.check for option in loss_options() if isinstance(option.check, tuple)}

@@ -139,7 +139,13 @@ def build_run(cfg: RunConfig, resume: bool) -> tuple[Run, dict[str, Any] | None]
     contrastive = ContrastiveStream.from_config(cfg, world) if share < 1 else None
     single = None
     if share > 0:
-        single = SingleStream(expand_files(cfg.single.files), batch_size=cfg.single.batch_size * world, seed=tc.seed)
+        single = SingleStream(
+            expand_files(cfg.single.files),
+            batch_size=cfg.single.batch_size * world,
+            seed=tc.seed,
+            instruction=cfg.single.instruction,
+            doc_instruction=cfg.data.doc_instruction,
+        )
     init_from = init_adapter(cfg.lora.init_from)  # a missing adapter fails before the model loads too
     # the teacher too (it is small; or its cached vectors); every process scores the batch whose targets it holds
     targets = _open_targets(cfg, contrastive, single, world, str(accelerator.device))

@@ -89,14 +89,16 @@ def train_step(run: Run, step: int) -> dict[str, Any]:
 
 
 def _single_micro_step(run: Run, sync: bool) -> dict[str, torch.Tensor]:
-    """Embed this process's share of a single-text batch (no instruction) and backpropagate the teacher's
-    losses against the cached vectors (a KL over the local texts' similarities, the regression)."""
+    """Embed this process's share of a single-text batch (each text bare or under its row's instruction,
+    ``single.instruction``) and backpropagate the teacher's losses against the cached vectors (a KL over the
+    local texts' similarities, the regression)."""
     tc, accelerator, device = run.cfg.train, run.accelerator, run.accelerator.device
-    texts = run.single.next()
+    texts, instructions = run.single.next()
     per = len(texts) // run.world
-    local = texts[run.rank * per : (run.rank + 1) * per]
+    mine = slice(run.rank * per, (run.rank + 1) * per)
+    local = texts[mine]
     batch = tokenize_texts(
-        run.tokenizer, local, [""] * len(local), prompt_format=run.prompt_format, max_length=run.cfg.single.max_length
+        run.tokenizer, local, instructions[mine], prompt_format=run.prompt_format, max_length=run.cfg.single.max_length
     ).to(device)
     vectors = run.targets.vectors(local).to(device)  # (B, T)
     if tc.grad_cache_chunk:

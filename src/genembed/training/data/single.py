@@ -2,7 +2,9 @@
 
 A file is either a texts file, ``{"text": "..."}`` per line, or a contrastive file (see
 :mod:`.contrastive`), whose every distinct text (queries, positives, negatives) becomes one example.
-Texts are embedded without an instruction, as the teacher saw them.
+Texts are embedded without an instruction, as the teacher saw them, or (``single.instruction: row``) each
+under the instruction its row gives it in contrastive training (:func:`read_single_prompts`), so the student
+learns the teacher's geometry where it is used: under the tasks' instructions.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from pathlib import Path
 from .contrastive import contrastive_row
 from .jsonl import DataError, iter_jsonl, require_string
 
-__all__ = ["is_texts_file", "read_single_texts", "row_texts"]
+__all__ = ["SINGLE_INSTRUCTIONS", "is_texts_file", "read_single_prompts", "read_single_texts", "row_texts"]
+
+SINGLE_INSTRUCTIONS = ("none", "row")  # single.instruction: texts read bare, or under their rows' instructions
 
 
 def read_single_texts(path: str | Path) -> list[str]:
@@ -34,6 +38,27 @@ def read_single_texts(path: str | Path) -> list[str]:
         else:
             texts.update(dict.fromkeys(row_texts([contrastive_row(obj, path, line)])))
     return list(texts)
+
+
+def read_single_prompts(
+    path: str | Path, *, symmetric: bool = False, doc_instruction: str = ""
+) -> list[tuple[str, str]]:
+    """The distinct ``(text, instruction)`` pairs of a file, each text under the instruction contrastive
+    training gives it: a query under its row's instruction, a document under ``doc_instruction``, or under
+    its row's instruction too when the file is ``symmetric``. A texts file's texts have no instruction.
+
+    Raises:
+        DataError: as :func:`read_single_texts`.
+    """
+    if is_texts_file(path):
+        return [(text, "") for text in read_single_texts(path)]
+    prompts: dict[tuple[str, str], None] = {}
+    for line, obj in iter_jsonl(path):
+        row = contrastive_row(obj, path, line)
+        docs = row.instruction if symmetric else doc_instruction
+        prompts[(row.query, row.instruction)] = None
+        prompts.update(dict.fromkeys((text, docs) for text in (*row.pos, *row.neg)))
+    return list(prompts)
 
 
 def row_texts(rows: Iterable) -> list[str]:

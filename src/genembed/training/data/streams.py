@@ -16,7 +16,7 @@ from .contrastive import ContrastiveRow, read_contrastive
 from .generative import GenerativeBatch, GenerativeRow, collate_generative, read_generative, tokenize_chat
 from .jsonl import DataError
 from .sampler import MixtureSampler
-from .single import read_single_texts
+from .single import SINGLE_INSTRUCTIONS, read_single_prompts, read_single_texts
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -216,13 +216,35 @@ class GenerativeStream:
 class SingleStream:
     """Global batches of single texts: every distinct text of each file (:mod:`.single`), in shuffled
     passes, a batch from one file where it has enough texts (weights as for contrastive files), never
-    the same text twice in a batch."""
+    the same text twice in a batch.
 
-    def __init__(self, files: Sequence[FileSpec], *, batch_size: int, seed: int):
+    ``instruction``: ``"none"`` reads every text bare; ``"row"`` reads each under the instruction its row
+    gives it in contrastive training (a query its row's, a document ``doc_instruction`` or, in a
+    ``symmetric`` file, its row's), a text that has two such instructions once under each.
+    """
+
+    def __init__(
+        self,
+        files: Sequence[FileSpec],
+        *,
+        batch_size: int,
+        seed: int,
+        instruction: str = "none",
+        doc_instruction: str = "",
+    ):
         if not files:
             raise DataError("single.files", None, "no single-text files configured")
+        if instruction not in SINGLE_INSTRUCTIONS:
+            raise ValueError(f"instruction must be one of {', '.join(SINGLE_INSTRUCTIONS)}, got {instruction!r}")
         self.files = list(files)
-        self.texts = [read_single_texts(f.path) for f in files]
+        if instruction == "row":
+            prompts = [
+                read_single_prompts(f.path, symmetric=f.symmetric, doc_instruction=doc_instruction) for f in files
+            ]
+        else:
+            prompts = [[(text, "") for text in read_single_texts(f.path)] for f in files]
+        self.texts = [[text for text, _ in p] for p in prompts]
+        self.instructions = [[inst for _, inst in p] for p in prompts]
         self.weights = [
             f.weight if f.weight is not None else float(len(t)) for f, t in zip(files, self.texts, strict=True)
         ]
@@ -231,10 +253,11 @@ class SingleStream:
         self.sampler = MixtureSampler(sizes, self.weights, batch_size, seed=seed + 2, keys=keys)
         self.last_rows: dict[str, int] = {}
 
-    def next(self) -> list[str]:
+    def next(self) -> tuple[list[str], list[str]]:
+        """The next global batch: its texts and the instruction each is read under."""
         picks = self.sampler.next_batch()
         self.last_rows = dict(Counter(self.files[f].name for f, _ in picks).most_common())
-        return [self.texts[f][i] for f, i in picks]
+        return [self.texts[f][i] for f, i in picks], [self.instructions[f][i] for f, i in picks]
 
     def skip(self, n: int) -> None:
         self.sampler.skip(n)
