@@ -44,6 +44,25 @@ def fast_tasks(dev: Path = DEV) -> list:
     return [load_task(folder, limit=LIMITS.get(folder.name)) for folder in folders]
 
 
+def fast_encoder(adapter: str | None, *, dtype: str = "auto", batch_size: int = 32):
+    """The protocol's encoder: the model (the shipped default, or ``adapter``) at K=5 with its own method,
+    attention and prompt format, centred as the default ships (an adapter folder without stored centers
+    would load uncentred)."""
+    import genembed
+    from genembed.eval import GenembedEncoder
+
+    loaded = {"adapter": adapter, "center": True} if adapter else {}
+    model = genembed.load(dtype=dtype, **loaded)
+    return GenembedEncoder(
+        model,
+        method=model.method,
+        steps=K,
+        attention=model.attention,
+        prompt_format=model.prompt_format,
+        batch_size=batch_size,
+    )
+
+
 def compare(fast: dict, full: dict) -> dict:
     """The full report's K=5 scores beside the fast ones: its mean and each task's fast - full."""
     full_scores = {task["name"]: task["scores"][f"K={K}"] for task in full["tasks"]}
@@ -63,21 +82,10 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    import genembed
-    from genembed.eval import EmbeddingCache, GenembedEncoder, evaluate
+    from genembed.eval import EmbeddingCache, evaluate
 
     tasks = fast_tasks(args.dev)
-    # every stage is scored as the default ships: centred (an adapter folder alone loads uncentred)
-    loaded = {"adapter": args.adapter, "center": True} if args.adapter else {}
-    model = genembed.load(dtype=args.dtype, **loaded)
-    encoder = GenembedEncoder(
-        model,
-        method=model.method,
-        steps=K,
-        attention=model.attention,
-        prompt_format=model.prompt_format,
-        batch_size=args.batch_size,
-    )
+    encoder = fast_encoder(args.adapter, dtype=args.dtype, batch_size=args.batch_size)
     config = {"protocol": "fast dev", "K": K, "limits": LIMITS, "adapter": args.adapter or "default"}
     if args.dtype != "auto":
         config["protocol"] = f"fast dev at {args.dtype} (not the protocol's dtype)"

@@ -162,3 +162,41 @@ def test_an_adapter_can_be_a_hub_id_too(fake_hub):
         genembed.load("mistralai/Mistral-7B-v0.1", adapter="someone/other-lora")
     with pytest.raises(genembed.MissingModelError, match="adapter_config.json"):  # a missing folder stays a path
         genembed.load("mistralai/Mistral-7B-v0.1", adapter="./runs/missing-lora")
+
+
+def test_an_adapter_that_stores_centers_loads_centred_on_them_from_the_hub_or_a_folder(fake_hub, tmp_path):
+    """An adapter repo with ``centers.safetensors`` (as genembed's shipped adapters have) is used centred on
+    the stored centers, as the same folder on disk is; one without stays uncentred."""
+    import torch
+
+    from genembed.encoders.center_files import CENTERS_FILE, write_centers
+    from genembed.encoders.centering import calibration_digest, center_key
+
+    _golden()
+    fake_hub("mistralai/Mistral-7B-v0.1", REFERENCE / "tiny-mistral")
+    fake_hub("someone/my-lora", REFERENCE / "tiny-mistral-lora", edit=rebase_adapter("mistralai/Mistral-7B-v0.1"))
+    plain = genembed.load("someone/my-lora")
+    assert plain.center is False
+    texts, instruction = ["a cat sat on the mat", "stock prices fell"], "Find it."
+    raw = plain.encode(texts, instruction=instruction)
+    # a stored center no calibration would give: the encoding must subtract exactly it
+    center = torch.linspace(-0.1, 0.1, raw.shape[1])
+    key = center_key(plain.embed_settings(), instruction)
+
+    def add_centers(folder):
+        write_centers(folder / CENTERS_FILE, {key: center}, calibration_digest())
+
+    centred_repo = fake_hub(
+        "someone/centred-lora",
+        REFERENCE / "tiny-mistral-lora",
+        edit=lambda s: (rebase_adapter("mistralai/Mistral-7B-v0.1")(s), add_centers(s)),
+    )
+    for model in (
+        genembed.load("someone/centred-lora"),
+        genembed.load("mistralai/Mistral-7B-v0.1", adapter=centred_repo),
+    ):
+        assert model.center is True
+        expected = raw - center.numpy()  # encode normalizes the centred vectors
+        expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+        np.testing.assert_allclose(model.encode(texts, instruction=instruction), expected, atol=1e-5)
+    assert genembed.load("someone/centred-lora", center=False).center is False

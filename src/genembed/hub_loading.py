@@ -13,6 +13,7 @@ from .adapter_loading import adapter_name, attach_adapter, record_adapter, resol
 from .backbone.default_model import MissingModelError
 from .backbone.hub import looks_like_path
 from .backbone.loading import load_backbone
+from .encoders.centering import load_centers
 from .model import GenerativeEmbedder
 from .published import PublishedModel
 
@@ -75,7 +76,8 @@ def load_hub_checkpoint(
         entry: its row of :data:`genembed.published.PUBLISHED`, or None.
         adapter: None: the checkpoint's own adapter (for an adapter repo); False: none (the bare base);
             a folder or hub id: that adapter instead.
-        tau, center, generation_adapter: as :func:`genembed.load` (None: the entry's; centering off).
+        tau, center, generation_adapter: as :func:`genembed.load` (None: the entry's; centering off, but on
+            for an adapter repo that stores centers, ``centers.safetensors``, which are then used).
         backbone_options: dtype, device, local_files_only, device_map, quantization for
             :func:`~genembed.backbone.loading.load_backbone`.
     """
@@ -91,8 +93,10 @@ def load_hub_checkpoint(
     elif adapter not in (None, False):
         adapter_path = resolve_adapter(adapter, backbone_options.get("local_files_only", False))
         own_name = adapter_name(adapter, adapter_path)
+    stored = 0
     if adapter_path is not None:
         attach_adapter(backbone, adapter_path)
+        stored = load_centers(backbone, adapter_path)  # centers written beside the adapter (make centers)
     settings: dict[str, Any] = {}  # genembed's defaults, unless the table says otherwise
     if entry is not None:
         settings = {"method": entry.method, "attention": entry.attention, "prompt_format": entry.prompt_format}
@@ -102,7 +106,9 @@ def load_hub_checkpoint(
     model = GenerativeEmbedder(
         backbone,
         adapter=own_name,
-        center=bool(center),  # centering is genembed's idea, not the authors': off unless asked
+        # centering is genembed's idea, not the authors': off for a published checkpoint unless asked; on for
+        # another adapter repo that stores centers (genembed's adapters ship them: they are used centred)
+        center=(entry is None and stored > 0) if center is None else center,
         **settings,
     )
     record_adapter(model, adapter_path, generation_adapter)

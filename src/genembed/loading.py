@@ -88,9 +88,11 @@ def load(
         tau: GIRCSE soft-token softmax temperature (None: the saved model's, else ``DEFAULT_TAU``).
         center: per-instruction centering in ``encode`` by default (see
             :mod:`genembed.encoders.centering`). None: the saved model's setting; else on with a
-            shipped adapter, where it was measured to help (docs/experiments.md), off otherwise. The
-            centers stored with the weights (``centers.safetensors`` in the saved folder or the
-            adapter folder) are used, so their instructions cost no calibration encode.
+            shipped adapter, where it was measured to help (docs/experiments.md), and with any adapter
+            (folder or hub repo) that stores centers beside its weights; off otherwise (published
+            checkpoints: their authors' embeddings). The centers stored with the weights
+            (``centers.safetensors`` in the saved folder or the adapter folder) are used, so their
+            instructions cost no calibration encode.
         generation_adapter: the weights chat, reranking, RAG answers and stored KV states use. None: as
             above (the adapter when it was trained for generation too, else the base weights; a saved
             model: as it was saved). True / False: the embedding adapter / the base weights. A folder or
@@ -133,17 +135,17 @@ def load(
     backbone = load_backbone(model, **options)
     if adapter is None and model is None:
         adapter = default_adapter()
-    adapter_path, shipped = None, False
+    adapter_path, shipped, stored = None, False, 0
     if adapter not in (None, False):
         adapter_path = resolve_adapter(adapter, local_files_only)
         attach_adapter(backbone, adapter_path)
-        load_centers(backbone, adapter_path)
+        stored = load_centers(backbone, adapter_path)
         shipped = adapter_path.resolve() in {folder.resolve() for folder in SHIPPED_ADAPTERS.values()}
     model = GenerativeEmbedder(
         backbone,
         tau=DEFAULT_TAU if tau is None else tau,
         adapter=adapter_name(adapter, adapter_path) if adapter_path else None,
-        center=shipped if center is None else center,
+        center=(shipped or stored > 0) if center is None else center,
     )
     record_adapter(model, adapter_path, generation_adapter)
     return model

@@ -10,7 +10,14 @@ import pytest
 import torch
 
 from genembed.encoders import EmbedSettings, encode_texts
-from genembed.encoders.centering import apply_center, calibration_texts, clear_centers, instruction_center
+from genembed.encoders.center_files import CENTERS_FILE, write_centers
+from genembed.encoders.centering import (
+    apply_center,
+    calibration_digest,
+    calibration_texts,
+    clear_centers,
+    instruction_center,
+)
 
 TEXTS = ["The quick brown fox.", "A man is playing a guitar.", "Paris is the capital of France.", "x"]
 INSTRUCTION = "Classify the emotion expressed in the given text."
@@ -103,7 +110,7 @@ def test_apply_center_keeps_empty_input():
     assert apply_center(torch.zeros((0, 4)), torch.ones(4)).shape == (0, 4)
 
 
-def test_load_centers_only_with_the_shipped_adapter(tiny, monkeypatch, tmp_path):
+def test_load_centers_with_the_shipped_adapter_and_adapters_that_store_centers(tiny, monkeypatch, tmp_path):
     import genembed
     from genembed import loading
 
@@ -116,6 +123,11 @@ def test_load_centers_only_with_the_shipped_adapter(tiny, monkeypatch, tmp_path)
     assert genembed.load(adapter=False).center is False
     assert genembed.load(adapter=tmp_path).center is False
     assert genembed.load(adapter=tmp_path, center=True).center is True
+    stored = tmp_path / "stored"
+    stored.mkdir()
+    write_centers(stored / CENTERS_FILE, {"any": torch.ones(4)}, calibration_digest())
+    assert genembed.load(adapter=stored).center is True  # its author stored centers: it is used centred
+    assert genembed.load(adapter=stored, center=False).center is False
 
 
 def test_eval_caches_raw_embeddings_and_centers_after_lookup(tiny_model, tmp_path):

@@ -48,7 +48,7 @@ def _model(folder: str, adapter: str | None):
     model = genembed.load(
         REFERENCE / folder, adapter=REFERENCE / adapter if adapter else False, dtype="float32", device="cpu"
     )
-    assert model.center is False  # load() centers only the shipped adapter; these must not be centered
+    assert model.center is False  # load() centers only adapters that store centers; these must not be centered
     return model
 
 

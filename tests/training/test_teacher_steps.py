@@ -302,7 +302,7 @@ def test_row_instructions_give_each_single_text_the_instruction_contrastive_trai
     for _ in range(6):
         (texts_row, inst_row), (texts_bare, inst_bare) = row.next(), bare.next()
         assert texts_row == texts_bare and len(set(texts_row)) == 8 and inst_bare == [""] * 8
-        assert set(zip(texts_row, inst_row)) <= given
+        assert set(zip(texts_row, inst_row, strict=True)) <= given
         drawn.update(inst_row)
     assert drawn == {ask, "Represent the passage.", "Retrieve semantically similar text."}
     with pytest.raises(ValueError, match="instruction must be one of none, row, got 'query'"):

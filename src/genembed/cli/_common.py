@@ -55,7 +55,7 @@ CenterOpt = Annotated[
     typer.Option(
         "--center/--no-center",
         help="subtract each instruction's center from the embeddings (default: the model's own; on with the "
-        "shipped adapter)",
+        "shipped adapters and any adapter that stores centers)",
     ),
 ]
 DtypeOpt = Annotated[
