@@ -192,6 +192,28 @@ def test_a_run_computes_the_targets_its_store_lacks_once_and_keeps_them(
     torch.testing.assert_close(after.vectors(old), before.vectors(old), rtol=0, atol=0)  # the old ones untouched
 
 
+def test_a_run_without_a_store_loads_the_teacher_once_to_start_and_fill_it(
+    tmp_path, tiny_folder, tiny_teacher, assets, run_config, monkeypatch
+):
+    from genembed.training.teacher import Teacher
+
+    loads = []
+    load = Teacher.load.__func__
+
+    def counted(cls, *args, **kwargs):
+        loads.append(args[0])
+        return load(cls, *args, **kwargs)
+
+    monkeypatch.setattr(Teacher, "load", classmethod(counted))
+    root, teacher = tmp_path / "targets", str(tiny_teacher)
+    loss = {"distill_weight": 1.0, "distill_teacher": teacher, "distill_targets": str(root)}
+    train(run_config(tmp_path / "run", tiny_folder, loss=loss, train={"max_steps": 2}))
+    store = TargetStore.open(root, teacher)
+    assert loads == [teacher] and len(store.index) > 0 and store.max_length == 128  # the tiny teacher's own
+    train(run_config(tmp_path / "again", tiny_folder, loss=loss, train={"max_steps": 1}))
+    assert loads == [teacher]  # its first step's texts are all stored now: no load at all
+
+
 def test_a_store_fills_a_lookup_miss_with_its_encoder_and_saves_a_chunk(tmp_path):
     calls = []
 

@@ -24,7 +24,15 @@ from .metrics import MetricsLog
 from .objective import Objective
 from .output import check_output, prepare_output
 from .teacher import Teacher
-from .teacher_targets import STORE, TargetStore, build_targets, targets_folder, targets_root, teacher_encoder
+from .teacher_targets import (
+    STORE,
+    TargetStore,
+    build_targets,
+    load_teacher_encoder,
+    targets_folder,
+    targets_root,
+    teacher_encoder,
+)
 
 __all__ = [
     "Run",
@@ -206,8 +214,10 @@ def _open_targets(
         cfg.loss.distill_teacher,
         cfg.loss.distill_max_length,
     )
+    loaded = None
     if world == 1 and not (targets_folder(root, teacher) / STORE).is_file():  # an empty store, to fill as it goes
-        build_targets([], root, teacher, device=device, max_length=length, progress=False)
+        loaded, dimension, read = load_teacher_encoder(teacher, device=device, max_length=length)
+        build_targets([], root, teacher, encode=loaded, dimension=dimension, max_length=read, progress=False)
     store = TargetStore.open(root, teacher)
     if length is not None and store.max_length != length:
         raise ConfigError(
@@ -232,7 +242,7 @@ def _open_targets(
             "draw them and adds them to the store (`genembed teacher-targets` computes them all beforehand)",
             missing, len(texts), teacher, store.folder,
         )  # fmt: skip
-    return store.fill_with(teacher_encoder(teacher, device=device, max_length=store.max_length))
+    return store.fill_with(loaded or teacher_encoder(teacher, device=device, max_length=store.max_length))
 
 
 def _warn_if_single_process_launch(world: int) -> None:

@@ -46,6 +46,7 @@ __all__ = [
     "TargetStore",
     "build_targets",
     "default_root",
+    "load_teacher_encoder",
     "targets_folder",
     "next_chunk",
     "targets_root",
@@ -272,7 +273,9 @@ def build_targets(
     if store is not None and not store.missing(texts):
         return store  # complete: no need to load the teacher
     if encode is None:
-        encode, dimension, max_length = _teacher_encoder(teacher, batch_size, device, max_length)
+        encode, dimension, max_length = load_teacher_encoder(
+            teacher, batch_size=batch_size, device=device, max_length=max_length
+        )
     if store is not None:
         if dimension is not None and store.dimension != dimension:
             raise ConfigError(f"{folder} holds {store.dimension}-dimensional targets, the teacher gives {dimension}")
@@ -329,16 +332,16 @@ def teacher_encoder(
 
     def encode(texts: list[str]) -> Any:
         if not loaded:
-            loaded.append(_teacher_encoder(teacher, batch_size, device, max_length)[0])
+            loaded.append(load_teacher_encoder(teacher, batch_size=batch_size, device=device, max_length=max_length)[0])
         return loaded[0](texts)
 
     return encode
 
 
-def _teacher_encoder(
-    teacher: str, batch_size: int, device: str | None, max_length: int | None
+def load_teacher_encoder(
+    teacher: str, *, batch_size: int = 32, device: str | None = None, max_length: int | None = None
 ) -> tuple[Encode, int, int]:
-    """The teacher's encode function, its dimension and the tokens it reads per text."""
+    """The teacher, loaded now: its encode function, its dimension and the tokens it reads per text."""
     from .teacher import Teacher
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
