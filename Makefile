@@ -54,7 +54,7 @@ icr-adapter: $(STAMP)
 # resumes after an interruption); `make ship-stage STAGE=2` then stores the result in the package.
 default-adapter: teacher icr-adapter
 	$(VENV)/bin/genembed train configs/teacher-stage.yaml --resume train.output_dir=runs/teacher-stage-2 \
-		train.seed=2 lora.init_from=runs/gircse-smollm2-stage2-k10
+		train.seed=2 lora.init_from=runs/gircse-smollm2-stage2-k10 lora.frozen_layers=15 single.instruction=none
 
 # Reproduce the shipped "joint" adapter (src/genembed/adapters/smollm2-135m-gircse-joint): the base model's
 # answers to 600 training queries, then 60 steps from the ICR adapter of before the teacher stage (the first two
@@ -84,10 +84,12 @@ teacher-targets: teacher
 
 # One teacher stage (configs/teacher-stage.yaml) from the shipped default into runs/teacher-stage-$(STAGE),
 # seeded by STAGE; run it again to resume. A stage that ships is appended to default-adapter.
+# FROM=runs/teacher-stage-3 continues a stage that did not ship (cumulative training) instead.
 STAGE ?= 1
+FROM ?= default
 teacher-stage: teacher
 	$(VENV)/bin/genembed train configs/teacher-stage.yaml --resume \
-		train.output_dir=runs/teacher-stage-$(STAGE) train.seed=$(STAGE)
+		train.output_dir=runs/teacher-stage-$(STAGE) train.seed=$(STAGE) lora.init_from=$(FROM)
 
 # Ship a finished stage as the default adapter: its last checkpoint stored in bfloat16 (half the size; stage 2's
 # float32 dev scores moved by at most 0.0033, docs/experiments.md) with its training config, then the centers.
