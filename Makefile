@@ -49,11 +49,11 @@ icr-adapter: $(STAMP)
 	$(VENV)/bin/genembed train configs/gircse-smollm2.yaml --resume
 	$(VENV)/bin/genembed train configs/gircse-smollm2-stage2-k10.yaml --resume
 
-# Reproduce the shipped adapter (src/genembed/adapters/smollm2-135m-gircse): the ICR adapter, then three teacher
+# Reproduce the shipped adapter (src/genembed/adapters/smollm2-135m-gircse): the ICR adapter, then four teacher
 # stages of 110 steps each, every one from the one before (configs/teacher-stage.yaml; about 70 min of two threads
 # each plus the teacher's targets they compute; each resumes after an interruption). Stages 2 and 3 train the upper
-# 15 layers on bare single texts; stage 4 every layer, single texts under their rows' instructions (the config as
-# committed). `make ship-stage STAGE=4` then stores the result in the package.
+# 15 layers on bare single texts; stages 4 and 5 every layer, single texts under their rows' instructions (the
+# config as committed). `make ship-stage STAGE=5` then stores the result in the package.
 default-adapter: teacher icr-adapter
 	$(VENV)/bin/genembed train configs/teacher-stage.yaml --resume train.output_dir=runs/teacher-stage-2 \
 		train.seed=2 lora.init_from=runs/gircse-smollm2-stage2-k10 lora.frozen_layers=15 single.instruction=none
@@ -61,6 +61,8 @@ default-adapter: teacher icr-adapter
 		train.seed=3 lora.init_from=runs/teacher-stage-2 lora.frozen_layers=15 single.instruction=none
 	$(VENV)/bin/genembed train configs/teacher-stage.yaml --resume train.output_dir=runs/teacher-stage-4 \
 		train.seed=4 lora.init_from=runs/teacher-stage-3
+	$(VENV)/bin/genembed train configs/teacher-stage.yaml --resume train.output_dir=runs/teacher-stage-5 \
+		train.seed=5 lora.init_from=runs/teacher-stage-4
 
 # Reproduce the shipped "joint" adapter (src/genembed/adapters/smollm2-135m-gircse-joint): the base model's
 # answers to 600 training queries, then 60 steps from the ICR adapter of before the teacher stage (the first two
