@@ -92,11 +92,13 @@ teacher-targets: teacher
 
 # One teacher stage (configs/teacher-stage.yaml) from the shipped default into runs/teacher-stage-$(STAGE),
 # seeded by STAGE; run it again to resume. A stage that ships is appended to default-adapter.
-# FROM=runs/teacher-stage-m continues that run folder instead (its float32 weights and teacher map; cumulative).
+# FROM=runs/teacher-stage-m continues that run folder instead (its float32 weights and teacher map; cumulative);
+# CONFIG=configs/teacher-stage-reviews.yaml adds the topic rows of the reviews to the single texts (stage 7).
 STAGE ?= 1
 FROM ?= default
+CONFIG ?= configs/teacher-stage.yaml
 teacher-stage: teacher
-	$(VENV)/bin/genembed train configs/teacher-stage.yaml --resume \
+	$(VENV)/bin/genembed train $(CONFIG) --resume \
 		train.output_dir=runs/teacher-stage-$(STAGE) train.seed=$(STAGE) lora.init_from=$(FROM)
 
 # Ship a finished stage as the default adapter: its last checkpoint stored in bfloat16 (half the size; stage 2's

@@ -65,6 +65,9 @@ class DataFile:
     batch_by_axis: bool = False
     # leave out the rows with these instructions (e.g. wordings held back to test how instructions transfer)
     skip_instructions: list[str] = field(default_factory=list)
+    # keep only the rows whose label "axis:class" has one of these axes (e.g. [domain] for the review
+    # rows whose instruction asks for the topic, which a teacher's geometry has); [] = every row
+    axes: list[str] = field(default_factory=list)
     # with loss.distill_weight > 0: distill this file's rows from the teacher (false for files whose
     # instruction asks for a similarity the teacher does not have, e.g. sentiment over topic)
     distill: bool = True

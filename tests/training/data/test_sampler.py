@@ -209,6 +209,51 @@ def test_skip_instructions_holds_rows_back_and_names_an_unknown_wording(tmp_path
         ContrastiveStream([FileSpec(str(path), skip_instructions=("Domian?",))], batch_size=4, hard_negatives=1, seed=0)
 
 
+def test_axes_keeps_the_rows_of_one_label_axis_for_contrastive_and_single_texts(tmp_path):
+    from genembed.training.data import DataError, SingleStream
+
+    path = _axis_file(tmp_path)
+    stream = ContrastiveStream([FileSpec(str(path), axes=("domain",))], batch_size=4, hard_negatives=1, seed=0)
+    assert [len(r) for r in stream.rows] == [12]
+    assert {row.instruction for row in stream.rows[0]} == {"Domain?"}
+    assert {row.label.partition(":")[0] for row in stream.rows[0]} == {"domain"}
+
+    # single texts: the domain rows' texts under the domain instruction; no sentiment row's own text
+    single = SingleStream(
+        [FileSpec(str(path), symmetric=True, axes=("domain",))], batch_size=6, seed=0, instruction="row"
+    )
+    drawn = set()
+    for _ in range(8):
+        texts, instructions = single.next()
+        drawn.update(zip(texts, instructions, strict=True))
+    assert {inst for _, inst in drawn} == {"Domain?"}
+    assert {text[0] for text, _ in drawn} == {"r", "d", "e"}  # queries, positives, negatives of domain rows
+    assert len(single.texts[0]) == 36
+    bare = SingleStream([FileSpec(str(path), axes=("sentiment",))], batch_size=6, seed=0)
+    assert sorted({t[0] for t in bare.texts[0]}) == ["r", "s", "t"] and len(bare.texts[0]) == 36
+
+    with pytest.raises(
+        DataError, match=r"axes\.jsonl: axes: no row has the axis 'topic' \(the file has \['domain', 'sentiment'\]\)"
+    ):
+        ContrastiveStream([FileSpec(str(path), axes=("topic",))], batch_size=4, hard_negatives=1, seed=0)
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text('{"query": "a", "pos": ["b"], "label": "domain:x"}\n{"query": "c", "pos": ["d"]}\n')
+    with pytest.raises(DataError, match=r"plain\.jsonl: row 2: axes needs a label 'axis:class', got None"):
+        SingleStream([FileSpec(str(plain), axes=("domain",))], batch_size=2, seed=0)
+    texts = tmp_path / "texts.jsonl"
+    texts.write_text('{"text": "a"}\n{"text": "b"}\n')
+    with pytest.raises(DataError, match=r"texts\.jsonl: skip_instructions and axes choose rows of a contrastive file"):
+        SingleStream([FileSpec(str(texts), axes=("domain",))], batch_size=2, seed=0)
+
+
+def test_axes_reaches_the_streams_from_a_config(tmp_path):
+    from genembed.training.config import DataFile
+    from genembed.training.data import expand_files
+
+    (spec,) = expand_files([DataFile(str(_axis_file(tmp_path)), axes=["domain"])])
+    assert spec.axes == ("domain",)
+
+
 def test_distill_flag_follows_each_rows_file_through_top_ups_and_shards(tmp_path):
     from genembed.training.config import DataFile
     from genembed.training.data import expand_files

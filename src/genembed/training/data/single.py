@@ -9,10 +9,10 @@ learns the teacher's geometry where it is used: under the tasks' instructions.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from .contrastive import contrastive_row
+from .contrastive import ContrastiveRow, contrastive_row
 from .jsonl import DataError, iter_jsonl, require_string
 
 __all__ = ["SINGLE_INSTRUCTIONS", "is_texts_file", "read_single_prompts", "read_single_texts", "row_texts"]
@@ -41,20 +41,27 @@ def read_single_texts(path: str | Path) -> list[str]:
 
 
 def read_single_prompts(
-    path: str | Path, *, symmetric: bool = False, doc_instruction: str = ""
+    path: str | Path,
+    *,
+    symmetric: bool = False,
+    doc_instruction: str = "",
+    keep: Callable[[list[ContrastiveRow]], list[ContrastiveRow]] | None = None,
 ) -> list[tuple[str, str]]:
     """The distinct ``(text, instruction)`` pairs of a file, each text under the instruction contrastive
     training gives it: a query under its row's instruction, a document under ``doc_instruction``, or under
     its row's instruction too when the file is ``symmetric``. A texts file's texts have no instruction.
+    ``keep``: of a contrastive file, only the rows it returns (e.g. one label axis).
 
     Raises:
-        DataError: as :func:`read_single_texts`.
+        DataError: as :func:`read_single_texts`; ``keep`` on a texts file (it has no rows to choose).
     """
     if is_texts_file(path):
+        if keep is not None:
+            raise DataError(path, None, "skip_instructions and axes choose rows of a contrastive file, not texts")
         return [(text, "") for text in read_single_texts(path)]
+    rows = [contrastive_row(obj, path, line) for line, obj in iter_jsonl(path)]
     prompts: dict[tuple[str, str], None] = {}
-    for line, obj in iter_jsonl(path):
-        row = contrastive_row(obj, path, line)
+    for row in rows if keep is None else keep(rows):
         docs = row.instruction if symmetric else doc_instruction
         prompts[(row.query, row.instruction)] = None
         prompts.update(dict.fromkeys((text, docs) for text in (*row.pos, *row.neg)))

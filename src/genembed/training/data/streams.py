@@ -7,6 +7,7 @@ import os
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -16,7 +17,7 @@ from .contrastive import ContrastiveRow, read_contrastive
 from .generative import GenerativeBatch, GenerativeRow, collate_generative, read_generative, tokenize_chat
 from .jsonl import DataError
 from .sampler import MixtureSampler
-from .single import SINGLE_INSTRUCTIONS, read_single_prompts, read_single_texts
+from .single import SINGLE_INSTRUCTIONS, read_single_prompts
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -32,6 +33,9 @@ class FileSpec:
 
     ``distill``: a teacher's similarities apply to the file's rows (when the run distills).
 
+    ``skip_instructions`` and ``axes`` leave rows out: those with one of these instructions, and (``axes``
+    not empty) those whose label ``axis:class`` has another axis (:func:`kept_rows`).
+
     ``batch_by_axis``: the rows' labels read ``axis:class`` (e.g. ``sentiment:positive``,
     ``domain:movie``); each axis becomes a source of its own, so a batch holds one axis (one family of
     instructions) and its in-batch negatives differ from the query on that axis. ``axis`` names the
@@ -45,6 +49,7 @@ class FileSpec:
     batch_by_axis: bool = False
     axis: str | None = None
     skip_instructions: tuple[str, ...] = ()
+    axes: tuple[str, ...] = ()
     distill: bool = True
 
     @property
@@ -70,6 +75,7 @@ def expand_files(files: Sequence[Any]) -> list[FileSpec]:
             "symmetric": getattr(item, "symmetric", False),
             "batch_by_axis": getattr(item, "batch_by_axis", False),
             "skip_instructions": tuple(getattr(item, "skip_instructions", ())),
+            "axes": tuple(getattr(item, "axes", ())),
             "distill": getattr(item, "distill", True),
         }
         specs += [FileSpec(m, item.weight, getattr(item, "share", None), **options) for m in matches]
@@ -81,15 +87,41 @@ def _part(value: float | None, part: list, rows: list) -> float | None:
     return None if value is None else value * len(part) / len(rows)
 
 
-def _sources(spec: FileSpec) -> list[tuple[FileSpec, list[ContrastiveRow]]]:
-    """A file's rows as one source, or one source per label axis (weights shared by row count)."""
-    rows = read_contrastive(spec.path)
+def _label_axis(row: ContrastiveRow) -> str | None:
+    """The axis of a row's label ``axis:class`` (None without a label of that form)."""
+    axis, sep, cls = (row.label or "").partition(":")
+    return axis if axis and sep and cls else None
+
+
+def kept_rows(spec: FileSpec, rows: list[ContrastiveRow]) -> list[ContrastiveRow]:
+    """The rows of a file that ``spec.skip_instructions`` and ``spec.axes`` keep.
+
+    Raises:
+        DataError: an instruction to skip or an axis to keep that no row has, or (with ``axes``) a row
+            whose label is not ``axis:class``.
+    """
+    if spec.axes:
+        for i, row in enumerate(rows):
+            if _label_axis(row) is None:
+                raise DataError(spec.path, None, f"row {i + 1}: axes needs a label 'axis:class', got {row.label!r}")
     if spec.skip_instructions:
         found = {row.instruction for row in rows}
         missing = [text for text in spec.skip_instructions if text not in found]
         if missing:
             raise DataError(spec.path, None, f"skip_instructions: no row has the instruction {missing[0]!r}")
         rows = [row for row in rows if row.instruction not in spec.skip_instructions]
+    if spec.axes:
+        found = {_label_axis(row) for row in rows}
+        missing = [axis for axis in spec.axes if axis not in found]
+        if missing:
+            raise DataError(spec.path, None, f"axes: no row has the axis {missing[0]!r} (the file has {sorted(found)})")
+        rows = [row for row in rows if _label_axis(row) in spec.axes]
+    return rows
+
+
+def _sources(spec: FileSpec) -> list[tuple[FileSpec, list[ContrastiveRow]]]:
+    """A file's rows as one source, or one source per label axis (weights shared by row count)."""
+    rows = kept_rows(spec, read_contrastive(spec.path))
     if not spec.batch_by_axis:
         return [(spec, rows)]
     parts: dict[str, list[ContrastiveRow]] = {}
@@ -237,12 +269,17 @@ class SingleStream:
         if instruction not in SINGLE_INSTRUCTIONS:
             raise ValueError(f"instruction must be one of {', '.join(SINGLE_INSTRUCTIONS)}, got {instruction!r}")
         self.files = list(files)
-        if instruction == "row":
-            prompts = [
-                read_single_prompts(f.path, symmetric=f.symmetric, doc_instruction=doc_instruction) for f in files
-            ]
-        else:
-            prompts = [[(text, "") for text in read_single_texts(f.path)] for f in files]
+        prompts = [
+            read_single_prompts(
+                f.path,
+                symmetric=f.symmetric,
+                doc_instruction=doc_instruction,
+                keep=partial(kept_rows, f) if f.skip_instructions or f.axes else None,
+            )
+            for f in files
+        ]
+        if instruction == "none":  # every distinct text once, bare
+            prompts = [[(text, "") for text in dict.fromkeys(text for text, _ in p)] for p in prompts]
         self.texts = [[text for text, _ in p] for p in prompts]
         self.instructions = [[inst for _, inst in p] for p in prompts]
         self.weights = [
