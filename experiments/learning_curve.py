@@ -23,6 +23,8 @@ import argparse
 import json
 from pathlib import Path
 
+from _figures import save, two_panels
+
 
 def stage_point(folder: Path) -> dict:
     """A stage's examples seen, step hours, and dev means (fast; full at K=5 when scored)."""
@@ -71,12 +73,7 @@ def reference_mean(report: Path) -> float:
 
 
 def plot(chains: dict[str, list[dict]], out: Path, references: dict[str, float] | None = None) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, axes = two_panels(12, 4.5)
     for ax, x, label in ((axes[0], "examples", "training examples seen"), (axes[1], "hours", "CPU hours (step time)")):
         for index, (name, points) in enumerate(chains.items()):
             for key, style in (("fast", "-o"), ("full", "--s")):  # one colour per chain, a line style per protocol
@@ -88,11 +85,7 @@ def plot(chains: dict[str, list[dict]], out: Path, references: dict[str, float] 
             ax.axhline(mean, color=f"C{(7 + i) % 10}", linestyle=":", label=f"{name} {mean:.2f} (full dev)")
         ax.set_xlabel(label)
         ax.set_ylabel("dev mean at K=5")
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    save(fig, axes, out)
 
 
 def main() -> None:

@@ -21,6 +21,8 @@ import argparse
 import json
 from pathlib import Path
 
+from _figures import save, two_panels
+
 RESULTS = Path(__file__).resolve().parent / "results"
 LEVER_ROWS = ("control", "control_seed2", "reviews_axes", "reviews_heavy")
 TEACHER_STAGES = (1, 2, 5, 6)
@@ -58,12 +60,7 @@ def stage_points() -> list[dict]:
 
 
 def plot(families: dict[str, list[dict]], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, axes = two_panels(11, 4.2)
     for ax, axis in zip(axes, TARGETS, strict=True):
         for index, (family, points) in enumerate(families.items()):
             points = sorted(points, key=lambda p: p["share"])
@@ -73,11 +70,7 @@ def plot(families: dict[str, list[dict]], out: Path) -> None:
         ax.axhline(TARGETS[axis], color="C3", linestyle=":", label=f"target {TARGETS[axis]:.0f}")
         ax.set_xlabel("share of contrastive steps on reviews.jsonl")
         ax.set_ylabel(f"mrcr-dev {axis} axis (V-measure, K=5, 20 starts)")
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    save(fig, axes, out)
 
 
 def main() -> None:
