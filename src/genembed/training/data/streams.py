@@ -126,8 +126,8 @@ def _sources(spec: FileSpec) -> list[tuple[FileSpec, list[ContrastiveRow]]]:
         return [(spec, rows)]
     parts: dict[str, list[ContrastiveRow]] = {}
     for i, row in enumerate(rows):
-        axis, sep, cls = (row.label or "").partition(":")
-        if not (axis and sep and cls):
+        axis = _label_axis(row)
+        if axis is None:
             raise DataError(
                 spec.path, None, f"row {i + 1}: batch_by_axis needs a label 'axis:class', got {row.label!r}"
             )
