@@ -53,7 +53,8 @@ icr-adapter: $(STAMP)
 # stages of 110 steps each, every one from the one before (configs/teacher-stage.yaml; about 70 min of two threads
 # each plus the teacher's targets they compute; each resumes after an interruption). Stages 2 and 3 train the upper
 # 15 layers on bare single texts; stages 4 and 5 every layer, single texts under their rows' instructions (the
-# config as committed). `make ship-stage STAGE=5` then stores the result in the package.
+# config as committed). Stage 7 (80 steps, 77 min) continues stage 5's bfloat16 copy, as the shipped stage 5 was,
+# with the reviews' topic rows among the single texts. `make ship-stage STAGE=7` then stores it in the package.
 default-adapter: teacher icr-adapter
 	$(VENV)/bin/genembed train configs/teacher-stage.yaml --resume train.output_dir=runs/teacher-stage-2 \
 		train.seed=2 lora.init_from=runs/gircse-smollm2-stage2-k10 lora.frozen_layers=15 single.instruction=none
@@ -63,6 +64,10 @@ default-adapter: teacher icr-adapter
 		train.seed=4 lora.init_from=runs/teacher-stage-3
 	$(VENV)/bin/genembed train configs/teacher-stage.yaml --resume train.output_dir=runs/teacher-stage-5 \
 		train.seed=5 lora.init_from=runs/teacher-stage-4
+	test -f runs/teacher-stage-5-bf16/adapter_model.safetensors || $(VENV)/bin/genembed export-checkpoint \
+		runs/teacher-stage-5 --out runs/teacher-stage-5-bf16 --dtype bfloat16
+	$(VENV)/bin/genembed train configs/teacher-stage-reviews.yaml --resume train.output_dir=runs/teacher-stage-7 \
+		train.seed=7 lora.init_from=runs/teacher-stage-5-bf16
 
 # Reproduce the shipped "joint" adapter (src/genembed/adapters/smollm2-135m-gircse-joint): the base model's
 # answers to 600 training queries, then 60 steps from the ICR adapter of before the teacher stage (the first two
