@@ -9,12 +9,15 @@ backward, AdamW step, on SmolLM2-135M-Instruct with LoRA (r=16, all linear proje
    negative), texts cut to 64 tokens), in fp32 and with bf16 autocast.
 3. Frozen lower layers (``lora.frozen_layers``): the realistic fp32 step with every layer's LoRA training
    against the first ``--frozen-layers`` layers' frozen, alternated step by step.
+4. Step time against K (``--k-sweep 1,3,5``): the realistic fp32 step at each K, alternated step by step: what
+   drawing K per step (rather than training every step at the largest K) could save at most.
 
 Run (2 CPU cores, a few minutes, under the shared lock):
 
     flock /tmp/genembed-cpu.lock .venv/bin/python benchmarks/train_step.py \\
         --out benchmarks/results/train_step.json
     .venv/bin/python benchmarks/train_step.py --only-frozen --out benchmarks/results/train_step_frozen.json
+    .venv/bin/python benchmarks/train_step.py --only-k-sweep --k-sweep 1,3,5 --out benchmarks/results/train_step_k.json
 
 Data: rows of ``../shared/data/train/snli.jsonl`` (queries with a positive and a hard negative);
 falls back to ``tests/assets/training/similar.jsonl``.
@@ -83,6 +86,8 @@ def main() -> None:
     parser.add_argument("--lora-r", type=int, default=16)
     parser.add_argument("--frozen-layers", type=int, default=15, help="lower layers frozen in part 3 (0: skip it)")
     parser.add_argument("--only-frozen", action="store_true", help="run part 3 only")
+    parser.add_argument("--k-sweep", default="", help="part 4: comma-separated K values (empty: skip it)")
+    parser.add_argument("--only-k-sweep", action="store_true", help="run part 4 only")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "train_step.json")
     args = parser.parse_args()
 
@@ -106,7 +111,7 @@ def main() -> None:
     small_info = {}
     ratio = None
     big, big_info = _batch(backbone.tokenizer, data, args.queries, args.max_length, seed=1)
-    if not args.only_frozen:
+    if not (args.only_frozen or args.only_k_sweep):
         small, small_info = _batch(backbone.tokenizer, data, args.ratio_queries, args.max_length, seed=0)
         times = {"cached": [], "recompute": []}
         for path in times:  # warm-up
@@ -133,7 +138,7 @@ def main() -> None:
             )
 
     frozen: dict[str, list[float]] = {}
-    if args.frozen_layers:
+    if args.frozen_layers and not args.only_k_sweep:
         from genembed.training.lora import freeze_lower_layers
 
         lower = [p for n, p in model.named_parameters() if p.requires_grad]
@@ -156,6 +161,23 @@ def main() -> None:
             + f", ratio {times_frozen[f'{args.frozen_layers} lower frozen'] / times_frozen['all layers']:.2f}x"
         )
 
+    sweep: dict[str, list[float]] = {}
+    if args.k_sweep:
+        ks = [int(k) for k in args.k_sweep.split(",")]
+        sweep = {f"K={k}": [] for k in ks}
+        for rep in range(args.reps + 1):  # the first round warms up
+            for k in ks:
+                step = Objective(model, EmbedSettings(steps=k), loss)
+                seconds = _step(step, optimizer, big, bf16=False)
+                if rep:
+                    sweep[f"K={k}"].append(seconds)
+        medians = {k: statistics.median(v) for k, v in sweep.items()}
+        largest = medians[f"K={max(ks)}"]
+        print(
+            "step time against K (realistic step, fp32): "
+            + ", ".join(f"{k} {v:.2f} s ({v / largest:.2f}x)" for k, v in medians.items())
+        )
+
     report = {
         "benchmark": "train_step",
         "git_commit": _git_commit(),
@@ -173,6 +195,7 @@ def main() -> None:
             "median": {k: statistics.median(v) for k, v in realistic.items()},
         },
         "frozen_layers": {"seconds": frozen, "median": {k: statistics.median(v) for k, v in frozen.items()}},
+        "k_sweep": {"seconds": sweep, "median": {k: statistics.median(v) for k, v in sweep.items()}},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))

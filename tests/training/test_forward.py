@@ -63,6 +63,22 @@ def test_gradient_checkpointing_gives_the_same_loss_and_gradients(tiny):
         torch.testing.assert_close(chunked[1][name], grad, rtol=1e-4, atol=1e-4 * grad.abs().max().item())
 
 
+@pytest.mark.parametrize("chunk", [0, 2])
+def test_shared_instruction_prefixes_give_the_same_loss_and_gradients(tiny, chunk):
+    # I1's rows share their instruction's prefix (queries and symmetric documents); I2's query is alone
+    model = make_trainable(tiny.model, lora=True, r=4, alpha=8, dropout=0.0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    plain = _loss_and_grads(model, tiny.tokenizer, EmbedSettings(steps=3, checkpoint_chunk=chunk))
+    shared = _loss_and_grads(model, tiny.tokenizer, EmbedSettings(steps=3, checkpoint_chunk=chunk, share_prefix=True))
+    assert shared[0] == pytest.approx(plain[0], rel=1e-5)
+    for name, grad in plain[1].items():
+        assert grad.abs().sum() > 0, name
+        torch.testing.assert_close(shared[1][name], grad, rtol=1e-4, atol=1e-4 * grad.abs().max().item(), msg=name)
+
+
 def test_steps_and_tau_change_the_loss(tiny):
     model = make_trainable(tiny.model, lora=False)
     q, d, labels = _inputs(tiny.tokenizer)

@@ -158,10 +158,23 @@ def test_resume_may_switch_gradient_checkpointing_on(tmp_path, tiny_folder, run_
     assert resumed.steps == 4 and resumed.final_loss == pytest.approx(plain.final_loss, rel=1e-4)
 
 
+def test_resume_may_switch_shared_prefixes_on(tmp_path, tiny_folder, run_config):
+    # the same loss and gradients up to rounding, computed with each instruction's prefix once per batch
+    sections = {"lora": {"r": 8, "alpha": 16, "dropout": 0.0}, "train": {"max_steps": 2, "save_every": 2}}
+    train(run_config(tmp_path / "run", tiny_folder, **sections))
+    shutil.copytree(tmp_path / "run", tmp_path / "copy")
+    longer = {**sections, "train": {"max_steps": 4, "save_every": 2}}
+    plain = train(run_config(tmp_path / "run", tiny_folder, **longer), resume=True)
+    shutil.rmtree(tmp_path / "run")
+    (tmp_path / "copy").rename(tmp_path / "run")
+    shared = train(run_config(tmp_path / "run", tiny_folder, **longer, embedding={"share_prefix": True}), resume=True)
+    assert shared.steps == 4 and shared.final_loss == pytest.approx(plain.final_loss, rel=1e-4)
+
+
 def test_resume_refuses_a_changed_config(tmp_path, tiny_folder, run_config):
     train(run_config(tmp_path / "run", tiny_folder, train={"max_steps": 2, "save_every": 1}))
     changed = run_config(tmp_path / "run", tiny_folder, train={"max_steps": 4}, loss={"temperature": 0.1})
-    with pytest.raises(ConfigError, match=r"loss\.temperature"):
+    with pytest.raises(ConfigError, match=r"loss\.temperature.*only .*embedding\.share_prefix.* may change"):
         train(changed, resume=True)
     longer = train(run_config(tmp_path / "run", tiny_folder, train={"max_steps": 4}), resume=True)
     assert longer.steps == 4

@@ -42,6 +42,8 @@ def test_defaults_and_yaml_with_overrides(tmp_path):
         ({"loss": {"reduction": "max"}}, "loss.reduction must be one of ['mean', 'sum']"),
         ({"embedding": {"method": "bert"}}, "embedding.method must be one of ['gircse', 'mean', 'last', 'grit']"),
         ({"embedding": {"method": "grit", "attention": "bidirectional"}}, "does not apply to grit"),
+        ({"embedding": {"method": "mean", "share_prefix": True}}, "embedding.share_prefix needs a soft-token method"),
+        ({"embedding": {"attention": "bidirectional", "share_prefix": True}}, "attention 'bidirectional'"),
         (
             {"generative": {"aggregation": "batch"}},
             "generative.aggregation must be one of ['sample', 'token', 'mixed']",

@@ -12,7 +12,9 @@ from its :class:`~genembed.encoders.methods.MethodRules`:
 - ``last``: one pass, the last prompt token's hidden state.
 
 It runs with gradients (training) or without, on the transformers path or, for inference, on the
-CPU fast path (:mod:`genembed.encoders.fast_decoder`), and can keep the prompt's KV cache.
+CPU fast path (:mod:`genembed.encoders.fast_decoder`), and can keep the prompt's KV cache. With
+``settings.share_prefix`` the transformers path computes each instruction's prefix once per batch
+(:mod:`genembed.encoders.shared_prefix`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from .batching import Batch
 from .fast_decoder import FastDecoder
 from .pooling import last_token_pool, masked_mean, running_means
 from .settings import EmbedSettings
+from .shared_prefix import embed_shared_prefixes
 from .soft_tokens import generate_soft_tokens
 
 __all__ = ["BatchEmbeddings", "embed_prepared"]
@@ -83,6 +86,8 @@ def embed_prepared(
                 causal=causal,
                 stop_tol=stop_tol,
             )
+        elif settings.share_prefix and not keep_kv:
+            out = embed_shared_prefixes(model, batch, steps=settings.steps, tau=settings.tau, stop_tol=stop_tol)
         else:
             out = generate_soft_tokens(
                 model,

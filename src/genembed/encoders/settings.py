@@ -49,6 +49,9 @@ class EmbedSettings:
     use_cache: bool = True  # KV-cached soft tokens; False recomputes the sequence every step (reference)
     fast_path: bool = True  # the CPU inference fast path where it applies (genembed.encoders.fast_decoder)
     checkpoint_chunk: int = 0  # training: > 0 recomputes chunks of this many texts in the backward pass
+    # soft tokens on the transformers path: each instruction's prefix computed once per batch (same
+    # embeddings up to rounding; genembed.encoders.shared_prefix); causal attention only
+    share_prefix: bool = False
     query_instruction: str = DEFAULT_QUERY_INSTRUCTION  # indexes: the instruction queries get
     doc_instruction: str = ""  # indexes: the instruction documents get
     center: bool = False  # indexes: subtract each instruction's center (genembed.encoders.centering)
@@ -69,6 +72,8 @@ class EmbedSettings:
             raise ValueError(f"max_length and batch_size must be >= 1, got {self.max_length} and {self.batch_size}")
         if self.tau <= 0:
             raise ValueError(f"tau must be > 0, got {self.tau}")
+        if self.share_prefix and (not rules.uses_steps or attention != "causal" or not self.use_cache):
+            raise ValueError("share_prefix needs a soft-token method, causal attention and use_cache=True")
         object.__setattr__(self, "attention", attention)
         object.__setattr__(self, "prompt_format", prompt_format)
 

@@ -107,7 +107,7 @@ def _embedding_settings(section: Any, *, checkpoint_chunk: int = 0) -> EmbedSett
 # The YAML ``embedding:`` section: these fields of EmbedSettings (their meaning and defaults are
 # documented there; attention is written out as "causal" rather than None, as saved runs hold it) plus
 # the prompt lengths of queries and documents. ``EmbeddingConfig.settings()`` gives the EmbedSettings.
-_EMBEDDING_KEYS = ("method", "steps", "tau", "attention", "prompt_format", "use_cache")
+_EMBEDDING_KEYS = ("method", "steps", "tau", "attention", "prompt_format", "use_cache", "share_prefix")
 EmbeddingConfig = dataclasses.make_dataclass(
     "EmbeddingConfig",
     [
@@ -368,6 +368,12 @@ def validate(config: RunConfig) -> None:
     fixed = method_rules(config.embedding.method).fixed_attention
     if fixed and config.embedding.attention != "causal":
         raise ConfigError(f"embedding.attention does not apply to {config.embedding.method} (it is always {fixed})")
+    emb = config.embedding
+    if emb.share_prefix and not (method_rules(emb.method).uses_steps and emb.attention == "causal" and emb.use_cache):
+        raise ConfigError(
+            "embedding.share_prefix needs a soft-token method (gircse), causal attention and use_cache=true, "
+            f"got method {emb.method!r}, attention {emb.attention!r}, use_cache {emb.use_cache}"
+        )
     teacher_terms = [name for name in active_terms(config.loss) if LOSSES[name].teacher]
     if teacher_terms:
         if not config.loss.distill_teacher.strip():
