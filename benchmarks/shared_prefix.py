@@ -43,7 +43,7 @@ def main() -> None:
     from genembed.encoders.shared_prefix import prefix_groups
     from genembed.training.config import load_config
     from genembed.training.data import ContrastiveStream, SingleStream, expand_files
-    from genembed.training.forward import tokenize_texts
+    from genembed.training.forward import embed_batch, tokenize_texts
     from genembed.training.grad_cache import grad_cache_single, length_sorted, split_batch
     from genembed.training.setup import build_objective, init_adapter, trainable_model
 
@@ -83,7 +83,8 @@ def main() -> None:
     )
 
     def contrastive_step() -> None:
-        out = objective.rep_loss.terms(*(_embed(objective, part) for part in (queries, documents)), labels, None)
+        q, d = (embed_batch(model, part, objective.settings) for part in (queries, documents))
+        out = objective.rep_loss.terms(q, d, labels, None)
         out.total.backward()
 
     chunk = cfg.train.grad_cache_chunk or len(texts)
@@ -133,12 +134,6 @@ def main() -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=2) + "\n")
         print(f"wrote {args.out}")
-
-
-def _embed(objective, batch):
-    from genembed.training.forward import embed_batch
-
-    return embed_batch(objective.model, batch, objective.settings)
 
 
 if __name__ == "__main__":

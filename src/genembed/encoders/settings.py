@@ -73,7 +73,10 @@ class EmbedSettings:
         if self.tau <= 0:
             raise ValueError(f"tau must be > 0, got {self.tau}")
         if self.share_prefix and (not rules.uses_steps or attention != "causal" or not self.use_cache):
-            raise ValueError("share_prefix needs a soft-token method, causal attention and use_cache=True")
+            raise ValueError(
+                "share_prefix needs a soft-token method (gircse), causal attention and use_cache=True, "
+                f"got method {self.method!r}, attention {attention!r}, use_cache {self.use_cache}"
+            )
         object.__setattr__(self, "attention", attention)
         object.__setattr__(self, "prompt_format", prompt_format)
 

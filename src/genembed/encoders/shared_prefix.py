@@ -72,7 +72,5 @@ def embed_shared_prefixes(
         order += rows
     if len(hidden) == 1:
         return SoftTokenOutput(hidden=hidden[0], steps_used=used[0])
-    inverse = torch.empty(len(order), dtype=torch.long)
-    inverse[torch.tensor(order)] = torch.arange(len(order))
-    inverse = inverse.to(batch.input_ids.device)
+    inverse = torch.tensor(order, device=batch.input_ids.device).argsort()  # batch row -> its place in the groups
     return SoftTokenOutput(hidden=torch.cat(hidden)[inverse], steps_used=torch.cat(used)[inverse])

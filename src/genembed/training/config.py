@@ -368,12 +368,11 @@ def validate(config: RunConfig) -> None:
     fixed = method_rules(config.embedding.method).fixed_attention
     if fixed and config.embedding.attention != "causal":
         raise ConfigError(f"embedding.attention does not apply to {config.embedding.method} (it is always {fixed})")
-    emb = config.embedding
-    if emb.share_prefix and not (method_rules(emb.method).uses_steps and emb.attention == "causal" and emb.use_cache):
-        raise ConfigError(
-            "embedding.share_prefix needs a soft-token method (gircse), causal attention and use_cache=true, "
-            f"got method {emb.method!r}, attention {emb.attention!r}, use_cache {emb.use_cache}"
-        )
+    if config.embedding.share_prefix:  # EmbedSettings holds the rule; its messages start with the field's name
+        try:
+            config.embedding.settings()
+        except ValueError as exc:
+            raise ConfigError(f"embedding.{exc}") from exc
     teacher_terms = [name for name in active_terms(config.loss) if LOSSES[name].teacher]
     if teacher_terms:
         if not config.loss.distill_teacher.strip():
