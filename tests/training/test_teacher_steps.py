@@ -357,3 +357,28 @@ def test_a_run_with_row_instructions_embeds_single_texts_under_them(
             assert instructions == expected
         assert any(inst for _, insts in seen for inst in insts) == (mode == "row")
     assert runs["row"][0] != pytest.approx(runs["none"][0], rel=1e-4)  # the same texts, other prompts
+
+
+def test_a_run_with_single_pairs_embeds_each_question_beside_its_answer(
+    tmp_path, tiny_folder, tiny_teacher, targets, assets, run_config, monkeypatch
+):
+    seen = []
+
+    def spy(tokenizer, texts, instructions, **kwargs):
+        seen.append(list(texts))
+        return tokenize_texts(tokenizer, texts, instructions, **kwargs)
+
+    monkeypatch.setattr(step, "tokenize_texts", spy)
+    single = {"share": 1.0, "pairs": True}
+    cfg = _config(run_config, tmp_path / "run", tiny_folder, tiny_teacher, targets, assets,
+                  loss={"regress_weight": 1.0}, single=single, train={"max_steps": 2})  # fmt: skip
+    train(cfg)
+    mates = {}  # text -> the texts it shares a row with
+    for line in (assets / "qa_pairs.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        group = {row["query"], *row["pos"], *row["neg"]}
+        for text in group:
+            mates.setdefault(text, set()).update(group - {text})
+    assert len(seen) == 2
+    for texts in seen:  # each text's row-mate in the batch (the qa file's rows: a question and its passage)
+        assert len(texts) == len(set(texts)) > 4 and all(mates[t] & set(texts) for t in texts)

@@ -165,6 +165,9 @@ class SingleConfig:
     # none: texts read bare, as the teacher reads them; row: each under the instruction contrastive training
     # gives it (a query its row's, a document data.doc_instruction, or its row's in a symmetric file)
     instruction: str = "none"
+    # half of each batch drawn, each drawn text followed by a text of its row (a query's positive, a document's
+    # query), so the KL sees the teacher's similarities of close texts too; contrastive files only
+    pairs: bool = False
 
 
 @dataclass

@@ -153,6 +153,7 @@ def build_run(cfg: RunConfig, resume: bool) -> tuple[Run, dict[str, Any] | None]
             seed=tc.seed,
             instruction=cfg.single.instruction,
             doc_instruction=cfg.data.doc_instruction,
+            pairs=cfg.single.pairs,
         )
     init_from = init_adapter(cfg.lora.init_from)  # a missing adapter fails before the model loads too
     # the teacher too (it is small; or its cached vectors); every process scores the batch whose targets it holds

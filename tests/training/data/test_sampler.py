@@ -329,3 +329,46 @@ def test_file_shares_fix_each_files_part_of_the_batches_and_the_rest_goes_by_wei
         ContrastiveStream(bad, batch_size=4, hard_negatives=0, seed=0)
     with pytest.raises(DataError, match="every file has a share, so the shares must sum to 1, got 0.5"):
         ContrastiveStream([FileSpec(files[0].path, share=0.5)], batch_size=4, hard_negatives=0, seed=0)
+
+
+def test_single_pairs_follow_each_drawn_text_with_a_text_of_its_row(tmp_path):
+    from genembed.training.data import SingleStream
+
+    path = tmp_path / "sts.jsonl"
+    rows = [f'{{"query": "q{i}", "pos": ["p{i}"], "neg": ["n{i}"], "instruction": "Same?"}}\n' for i in range(30)]
+    path.write_text("".join(rows))
+    row_of = {f"{kind}{i}": i for i in range(30) for kind in "qpn"}
+    spec = FileSpec(str(path), symmetric=True)
+    stream = SingleStream([spec], batch_size=8, seed=3, instruction="row", pairs=True)
+    batches = []
+    for _ in range(12):
+        texts, instructions = stream.next()
+        assert 4 < len(texts) == len(set(texts)) <= 8 and set(instructions) == {"Same?"}
+        # every text has a text of its row beside it: its partner, or (drawn with its row-mates) theirs
+        assert all(sum(row_of[a] == row_of[b] for b in texts) >= 2 for a in texts)
+        batches.append(texts)
+    assert sum(len(texts) == 8 for texts in batches) >= 8  # a drawn text rarely finds its row taken
+    # a resumed stream draws the same batches, partners included
+    resumed = SingleStream([spec], batch_size=8, seed=3, instruction="row", pairs=True)
+    resumed.skip(7)
+    assert [resumed.next()[0] for _ in range(5)] == batches[7:]
+    # without pairs, the same file gives strangers: hardly ever two texts of one row side by side
+    plain = SingleStream([spec], batch_size=8, seed=3, instruction="row")
+    together = 0
+    for _ in range(12):
+        texts = plain.next()[0]
+        together += sum(row_of[a] == row_of[b] for a, b in zip(texts[::2], texts[1::2], strict=True))
+    assert together < 12
+
+    # bare texts: a text shared by two rows has the partners of both; a partner already drawn is not repeated
+    shared = tmp_path / "shared.jsonl"
+    shared.write_text('{"query": "a", "pos": ["b"]}\n{"query": "c", "pos": ["b"]}\n')
+    bare = SingleStream([FileSpec(str(shared))], batch_size=4, seed=0, pairs=True)
+    assert bare.partners == [[[1], [0, 2], [1]]]  # one file: a, b, c in first-seen order
+    texts, _ = bare.next()
+    assert sorted(texts) == ["a", "b", "c"]  # two drawn texts, one partner free: the batch is one short
+
+    texts_file = tmp_path / "texts.jsonl"
+    texts_file.write_text('{"text": "a"}\n{"text": "b"}\n')
+    with pytest.raises(DataError, match=r"texts\.jsonl: single\.pairs draws texts of the same row: a texts file"):
+        SingleStream([FileSpec(str(texts_file))], batch_size=2, seed=0, pairs=True)

@@ -17,7 +17,7 @@ from .contrastive import ContrastiveRow, read_contrastive
 from .generative import GenerativeBatch, GenerativeRow, collate_generative, read_generative, tokenize_chat
 from .jsonl import DataError
 from .sampler import MixtureSampler
-from .single import SINGLE_INSTRUCTIONS, read_single_prompts
+from .single import SINGLE_INSTRUCTIONS, read_single_prompts, row_partners
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -253,6 +253,12 @@ class SingleStream:
     ``instruction``: ``"none"`` reads every text bare; ``"row"`` reads each under the instruction its row
     gives it in contrastive training (a query its row's, a document ``doc_instruction`` or, in a
     ``symmetric`` file, its row's), a text that has two such instructions once under each.
+
+    ``pairs``: half of each batch is drawn as above and each drawn text is followed by a text of one of its
+    rows (a query's positive or negative, a document's query or a sibling), chosen at random among those
+    not yet in the batch, so the teacher's similarities within a batch include those of close texts (a
+    similarity pair, a query and its answer) and not only of strangers. A text without such a partner
+    leaves its place empty: the batch is then shorter. Contrastive files only.
     """
 
     def __init__(
@@ -263,38 +269,64 @@ class SingleStream:
         seed: int,
         instruction: str = "none",
         doc_instruction: str = "",
+        pairs: bool = False,
     ):
         if not files:
             raise DataError("single.files", None, "no single-text files configured")
         if instruction not in SINGLE_INSTRUCTIONS:
             raise ValueError(f"instruction must be one of {', '.join(SINGLE_INSTRUCTIONS)}, got {instruction!r}")
         self.files = list(files)
-        prompts = [
-            read_single_prompts(
-                f.path,
-                symmetric=f.symmetric,
-                doc_instruction=doc_instruction,
-                keep=partial(kept_rows, f) if f.skip_instructions or f.axes else None,
-            )
+        reading = [
+            {
+                "symmetric": f.symmetric,
+                "doc_instruction": doc_instruction,
+                "keep": partial(kept_rows, f) if f.skip_instructions or f.axes else None,
+            }
             for f in files
         ]
+        prompts = [read_single_prompts(f.path, **how) for f, how in zip(files, reading, strict=True)]
         if instruction == "none":  # every distinct text once, bare
             prompts = [[(text, "") for text in dict.fromkeys(text for text, _ in p)] for p in prompts]
         self.texts = [[text for text, _ in p] for p in prompts]
         self.instructions = [[inst for _, inst in p] for p in prompts]
+        self.partners = None
+        if pairs:
+            self.partners = [
+                row_partners(f.path, p, bare=instruction == "none", **how)
+                for f, p, how in zip(files, prompts, reading, strict=True)
+            ]
         self.weights = [
             f.weight if f.weight is not None else float(len(t)) for f, t in zip(files, self.texts, strict=True)
         ]
         keys = [[(text,) for text in texts] for texts in self.texts]
         sizes = [len(t) for t in self.texts]
-        self.sampler = MixtureSampler(sizes, self.weights, batch_size, seed=seed + 2, keys=keys)
+        drawn = batch_size - batch_size // 2 if pairs else batch_size
+        self.seed = seed
+        self.sampler = MixtureSampler(sizes, self.weights, drawn, seed=seed + 2, keys=keys)
         self.last_rows: dict[str, int] = {}
 
     def next(self) -> tuple[list[str], list[str]]:
         """The next global batch: its texts and the instruction each is read under."""
         picks = self.sampler.next_batch()
+        if self.partners is not None:
+            picks = self._with_partners(picks)
         self.last_rows = dict(Counter(self.files[f].name for f, _ in picks).most_common())
         return [self.texts[f][i] for f, i in picks], [self.instructions[f][i] for f, i in picks]
+
+    def _with_partners(self, picks: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """Each drawn text followed by a partner of its rows whose text the batch does not hold yet; the
+        choice follows from the seed and the batch's number alone, so a resumed run draws the same."""
+        rng = np.random.default_rng([self.seed, self.sampler.batches_drawn])
+        seen = {self.texts[f][i] for f, i in picks}
+        out = []
+        for f, i in picks:
+            out.append((f, i))
+            free = [j for j in self.partners[f][i] if self.texts[f][j] not in seen]
+            if free:
+                j = free[int(rng.integers(len(free)))]
+                seen.add(self.texts[f][j])
+                out.append((f, j))
+        return out
 
     def skip(self, n: int) -> None:
         self.sampler.skip(n)
