@@ -72,15 +72,28 @@ def reference_mean(report: Path) -> float:
     return round(data["mean"]["score"], 2)
 
 
-def plot(chains: dict[str, list[dict]], out: Path, references: dict[str, float] | None = None) -> None:
+def plot(
+    chains: dict[str, list[dict]],
+    out: Path,
+    references: dict[str, float] | None = None,
+    shipped: set[str] | None = None,
+) -> None:
+    """One colour per chain, a line style per protocol; with ``shipped`` (stage folders), the points of the
+    other stages are drawn hollow."""
     fig, axes = two_panels(12, 4.5)
     for ax, x, label in ((axes[0], "examples", "training examples seen"), (axes[1], "hours", "CPU hours (step time)")):
         for index, (name, points) in enumerate(chains.items()):
-            for key, style in (("fast", "-o"), ("full", "--s")):  # one colour per chain, a line style per protocol
+            for key, style in (("fast", "-o"), ("full", "--s")):
                 shown = [p for p in points if key in p]
                 if shown:
                     xs, ys = [p[x] for p in shown], [p[key] for p in shown]
                     ax.plot(xs, ys, style, color=f"C{index}", label=f"{name} ({key} dev)")
+                    hollow = [p for p in shown if shipped is not None and p["stage"] not in shipped | {"start"}]
+                    if hollow:
+                        ax.plot([p[x] for p in hollow], [p[key] for p in hollow], style[-1], color=f"C{index}",
+                                markerfacecolor="white")  # fmt: skip
+        if shipped is not None:
+            ax.plot([], [], "o", color="grey", markerfacecolor="white", label="hollow: a stage not shipped")
         for i, (name, mean) in enumerate((references or {}).items()):
             ax.axhline(mean, color=f"C{(7 + i) % 10}", linestyle=":", label=f"{name} {mean:.2f} (full dev)")
         ax.set_xlabel(label)
@@ -94,6 +107,7 @@ def main() -> None:
     parser.add_argument("--reference", action="append", default=[], help="NAME=REPORT.json: a line at its dev mean")
     parser.add_argument("--start", type=Path, default=None, help="folder with the shipped adapter's reports")
     parser.add_argument("--out", type=Path, required=True, help="PNG; the points go beside it as .json")
+    parser.add_argument("--shipped", default=None, help="stage1,stage2,...: the stages shipped (the others hollow)")
     args = parser.parse_args()
     chains = {}
     for item in args.chain:
@@ -108,7 +122,8 @@ def main() -> None:
             raise SystemExit(f"--reference {item!r} must look like NAME=REPORT.json")
         references[name] = reference_mean(Path(report))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    plot(chains, args.out, references)
+    shipped = None if args.shipped is None else {str(Path(f)) for f in args.shipped.split(",")}
+    plot(chains, args.out, references, shipped)
     args.out.with_suffix(".json").write_text(json.dumps(chains, indent=2) + "\n")
     print(f"{args.out} ({', '.join(f'{n}: {len(p) - 1} stages' for n, p in chains.items())})")
 
