@@ -17,8 +17,10 @@ from .jsonl import DataError, iter_jsonl, require_string
 
 __all__ = [
     "SINGLE_INSTRUCTIONS",
+    "distinct_prompts",
     "is_texts_file",
     "read_single_prompts",
+    "read_single_rows",
     "read_single_texts",
     "row_partners",
     "row_texts",
@@ -62,58 +64,53 @@ def read_single_prompts(
     Raises:
         DataError: as :func:`read_single_texts`; ``keep`` on a texts file (it has no rows to choose).
     """
-    if is_texts_file(path):
-        if keep is not None:
-            raise DataError(path, None, "skip_instructions and axes choose rows of a contrastive file, not texts")
-        return [(text, "") for text in read_single_texts(path)]
-    prompts: dict[tuple[str, str], None] = {}
-    for group in _row_prompts(path, symmetric=symmetric, doc_instruction=doc_instruction, keep=keep):
-        prompts.update(dict.fromkeys(group))
-    return list(prompts)
+    return distinct_prompts(read_single_rows(path, symmetric=symmetric, doc_instruction=doc_instruction, keep=keep))
 
 
-def row_partners(
+def read_single_rows(
     path: str | Path,
-    prompts: list[tuple[str, str]],
     *,
     symmetric: bool = False,
     doc_instruction: str = "",
     keep: Callable[[list[ContrastiveRow]], list[ContrastiveRow]] | None = None,
-    bare: bool = False,
-) -> list[list[int]]:
-    """Per prompt of ``prompts`` (as :func:`read_single_prompts` gives them for the same arguments, or with
-    every instruction ``""`` when ``bare``), the indices of the other prompts that share a row with it: a
-    query's positives and negatives, a document's query and the row's other documents. A text that is no
-    row's is nobody's partner.
+) -> list[list[tuple[str, str]]]:
+    """Each kept row of a file as its ``(text, instruction)`` prompts (the query, then its documents, under
+    the instructions :func:`read_single_prompts` gives); a texts file's texts each alone, without one.
 
     Raises:
-        DataError: as :func:`read_single_prompts`; a texts file (it has no rows).
+        DataError: as :func:`read_single_prompts`.
     """
     if is_texts_file(path):
-        raise DataError(path, None, "single.pairs draws texts of the same row: a texts file has no rows")
-    index = {prompt: i for i, prompt in enumerate(prompts)}
-    partners: list[set[int]] = [set() for _ in prompts]
-    for group in _row_prompts(path, symmetric=symmetric, doc_instruction=doc_instruction, keep=keep):
-        ids = {index[(text, "") if bare else (text, instruction)] for text, instruction in group}
-        for i in ids:
-            partners[i].update(ids - {i})
-    return [sorted(p) for p in partners]
-
-
-def _row_prompts(
-    path: str | Path,
-    *,
-    symmetric: bool,
-    doc_instruction: str,
-    keep: Callable[[list[ContrastiveRow]], list[ContrastiveRow]] | None,
-) -> list[list[tuple[str, str]]]:
-    """Each kept row of a contrastive file as its ``(text, instruction)`` prompts: the query, then its documents."""
+        if keep is not None:
+            raise DataError(path, None, "skip_instructions and axes choose rows of a contrastive file, not texts")
+        return [[(text, "")] for text in read_single_texts(path)]
     rows = [contrastive_row(obj, path, line) for line, obj in iter_jsonl(path)]
     groups = []
     for row in rows if keep is None else keep(rows):
         docs = row.instruction if symmetric else doc_instruction
         groups.append([(row.query, row.instruction), *((text, docs) for text in (*row.pos, *row.neg))])
     return groups
+
+
+def distinct_prompts(rows: list[list[tuple[str, str]]]) -> list[tuple[str, str]]:
+    """The prompts of :func:`read_single_rows`' rows, each once, in first-seen order."""
+    return list(dict.fromkeys(prompt for row in rows for prompt in row))
+
+
+def row_partners(
+    rows: list[list[tuple[str, str]]], prompts: list[tuple[str, str]], *, bare: bool = False
+) -> list[list[int]]:
+    """Per prompt of ``prompts`` (:func:`distinct_prompts` of ``rows``, or with every instruction ``""``
+    when ``bare``), the indices of the other prompts that share a row with it: a query's positives and
+    negatives, a document's query and the row's other documents. A text that is no row's is nobody's partner.
+    """
+    index = {prompt: i for i, prompt in enumerate(prompts)}
+    partners: list[set[int]] = [set() for _ in prompts]
+    for row in rows:
+        ids = {index[(text, "") if bare else (text, instruction)] for text, instruction in row}
+        for i in ids:
+            partners[i].update(ids - {i})
+    return [sorted(p) for p in partners]
 
 
 def row_texts(rows: Iterable) -> list[str]:

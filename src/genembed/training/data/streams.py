@@ -17,7 +17,7 @@ from .contrastive import ContrastiveRow, read_contrastive
 from .generative import GenerativeBatch, GenerativeRow, collate_generative, read_generative, tokenize_chat
 from .jsonl import DataError
 from .sampler import MixtureSampler
-from .single import SINGLE_INSTRUCTIONS, read_single_prompts, row_partners
+from .single import SINGLE_INSTRUCTIONS, distinct_prompts, is_texts_file, read_single_rows, row_partners
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -276,25 +276,26 @@ class SingleStream:
         if instruction not in SINGLE_INSTRUCTIONS:
             raise ValueError(f"instruction must be one of {', '.join(SINGLE_INSTRUCTIONS)}, got {instruction!r}")
         self.files = list(files)
-        reading = [
-            {
-                "symmetric": f.symmetric,
-                "doc_instruction": doc_instruction,
-                "keep": partial(kept_rows, f) if f.skip_instructions or f.axes else None,
-            }
+        if pairs and (texts_file := next((f.path for f in files if is_texts_file(f.path)), None)):
+            raise DataError(texts_file, None, "single.pairs draws texts of the same row: a texts file has no rows")
+        rows = [
+            read_single_rows(
+                f.path,
+                symmetric=f.symmetric,
+                doc_instruction=doc_instruction,
+                keep=partial(kept_rows, f) if f.skip_instructions or f.axes else None,
+            )
             for f in files
         ]
-        prompts = [read_single_prompts(f.path, **how) for f, how in zip(files, reading, strict=True)]
+        prompts = [distinct_prompts(r) for r in rows]
         if instruction == "none":  # every distinct text once, bare
             prompts = [[(text, "") for text in dict.fromkeys(text for text, _ in p)] for p in prompts]
         self.texts = [[text for text, _ in p] for p in prompts]
         self.instructions = [[inst for _, inst in p] for p in prompts]
         self.partners = None
-        if pairs:
-            self.partners = [
-                row_partners(f.path, p, bare=instruction == "none", **how)
-                for f, p, how in zip(files, prompts, reading, strict=True)
-            ]
+        if pairs:  # from the rows read above: each file is parsed once
+            bare = instruction == "none"
+            self.partners = [row_partners(r, p, bare=bare) for r, p in zip(rows, prompts, strict=True)]
         self.weights = [
             f.weight if f.weight is not None else float(len(t)) for f, t in zip(files, self.texts, strict=True)
         ]
