@@ -16,13 +16,18 @@ def two_panels(width: float, height: float) -> tuple[Any, Any]:
     return plt.subplots(1, 2, figsize=(width, height))
 
 
-def save(fig: Any, axes: Any, out: Path) -> None:
-    """Grid on both panels, the legend on the first, written to ``out`` as a PNG and closed."""
+def save(fig: Any, axes: Any, out: Path, legend_below: bool = False) -> None:
+    """Grid on both panels, the legend on the first (or, with ``legend_below``, under both panels, where it
+    hides no point), written to ``out`` as a PNG and closed."""
     import matplotlib.pyplot as plt
 
     for ax in axes:
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
+    if legend_below:
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=8)
+    else:
+        axes[0].legend(fontsize=8)
+    fig.savefig(out, dpi=100, bbox_inches="tight")
     plt.close(fig)
