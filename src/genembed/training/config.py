@@ -25,6 +25,7 @@ import yaml
 from ..encoders.methods import METHODS, method_rules
 from ..encoders.prompts import PROMPT_FORMATS
 from ..encoders.settings import EmbedSettings
+from .data.sampler import FILE_ORDERS
 from .data.single import SINGLE_INSTRUCTIONS
 from .losses.registry import LOSSES, active_terms, contrastive_names, loss_options, term_names
 
@@ -143,6 +144,9 @@ class DataConfig:
     hard_negatives: int = 1  # hard negatives per query (1 pos + n neg); rows with fewer use what they have
     one_file_per_batch: bool = True  # draw each batch from one file (harder in-batch negatives)
     doc_instruction: str = ""  # instruction on documents (symmetric files use the row's instead)
+    # random: each batch's file drawn by weight (or share); even: a schedule that gives every file its share of
+    # any stretch of batches, give or take two, from a point set by the seed (a short run sees each in proportion)
+    file_order: str = "random"
 
 
 @dataclass
@@ -168,6 +172,7 @@ class SingleConfig:
     # half of each batch drawn, each drawn text followed by a text of its row (a query's positive, a document's
     # query), so the KL sees the teacher's similarities of close texts too; contrastive files only
     pairs: bool = False
+    file_order: str = "random"  # as data.file_order, over the single-text files
 
 
 @dataclass
@@ -220,6 +225,8 @@ _CHOICES = {
     "train.schedule": ("cosine", "linear", "constant"),
     "train.precision": ("fp32", "bf16", "auto"),
     "single.instruction": SINGLE_INSTRUCTIONS,
+    "data.file_order": FILE_ORDERS,
+    "single.file_order": FILE_ORDERS,
 }
 # the loss keys' checks, as the losses declare them
 _CHOICES |= {f"loss.{option.name}": option.check for option in loss_options() if isinstance(option.check, tuple)}

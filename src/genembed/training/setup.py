@@ -154,6 +154,7 @@ def build_run(cfg: RunConfig, resume: bool) -> tuple[Run, dict[str, Any] | None]
             instruction=cfg.single.instruction,
             doc_instruction=cfg.data.doc_instruction,
             pairs=cfg.single.pairs,
+            file_order=cfg.single.file_order,
         )
     init_from = init_adapter(cfg.lora.init_from)  # a missing adapter fails before the model loads too
     # the teacher too (it is small; or its cached vectors); every process scores the batch whose targets it holds

@@ -372,3 +372,63 @@ def test_single_pairs_follow_each_drawn_text_with_a_text_of_its_row(tmp_path):
     texts_file.write_text('{"text": "a"}\n{"text": "b"}\n')
     with pytest.raises(DataError, match=r"texts\.jsonl: single\.pairs draws texts of the same row: a texts file"):
         SingleStream([FileSpec(str(texts_file))], batch_size=2, seed=0, pairs=True)
+
+
+def _window_spread(sampler: MixtureSampler, files: int, batches: int) -> float:
+    """The largest distance between a file's batches among the next ``batches`` and its share of them."""
+    counts = Counter(sampler.next_batch()[0][0] for _ in range(batches))
+    return max(abs(counts[f] - sampler.probs[f] * batches) for f in range(files))
+
+
+def test_even_file_order_gives_every_file_its_share_of_a_short_run():
+    weights = [1.0] * 19 + [0.5]  # twenty files, as a teacher stage's single texts
+    # a random draw by weight strays far from the shares over 30 batches; the even schedule stays within one
+    random_spread = max(_window_spread(MixtureSampler([50] * 20, weights, 4, seed=s), 20, 30) for s in range(20))
+    even_spread = max(
+        _window_spread(MixtureSampler([50] * 20, weights, 4, seed=s, even=True), 20, 30) for s in range(20)
+    )
+    assert random_spread > 3 and even_spread <= 1
+    # the seed sets where the schedule starts: other seeds, other files first (a small file's turn moves)
+    firsts = {MixtureSampler([50] * 20, weights, 4, seed=s, even=True).next_batch()[0][0] for s in range(8)}
+    assert len(firsts) > 3
+    # deterministic and resumable: a skipped stream continues the same batches
+    a, b = (MixtureSampler([50] * 20, weights, 4, seed=5, even=True) for _ in range(2))
+    drawn = [a.next_batch() for _ in range(12)]
+    b.skip(7)
+    assert [b.next_batch() for _ in range(5)] == drawn[7:]
+    with pytest.raises(ValueError, match="an even file schedule chooses each batch's file: it needs one_file_per"):
+        MixtureSampler([50, 50], [1.0, 1.0], 4, seed=0, even=True, one_file_per_batch=False)
+
+
+def test_even_file_order_keeps_fixed_shares_and_splits_the_rest_by_weight(tmp_path):
+    import json
+
+    paths = []
+    for name, n in (("cls", 40), ("big", 300), ("small", 100)):
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text(
+            "".join(json.dumps({"query": f"{name} q{i}", "pos": [f"{name} d{i}"]}) + "\n" for i in range(n))
+        )
+        paths.append(str(path))
+    files = [FileSpec(paths[0], share=0.5), FileSpec(paths[1]), FileSpec(paths[2])]
+    stream = ContrastiveStream(files, batch_size=4, hard_negatives=0, seed=0, file_order="even")
+    counts = Counter()
+    for _ in range(40):
+        stream.next()
+        counts[next(iter(stream.last_rows))] += 1
+    # 0.5 fixed; the other half by rows, 3:1, exactly over 40 batches (no random draw left)
+    assert counts == {"cls.jsonl": 20, "big.jsonl": 15, "small.jsonl": 5}
+    with pytest.raises(ValueError, match="^data.file_order must be one of random, even, got 'evenly'$"):
+        ContrastiveStream(files, batch_size=4, hard_negatives=0, seed=0, file_order="evenly")
+
+
+def test_even_file_order_reaches_both_streams_from_a_config(tmp_path):
+    from genembed.training.config import ConfigError, load_config
+
+    config = tmp_path / "run.yaml"
+    config.write_text("data:\n  file_order: even\nsingle:\n  file_order: even\n")
+    cfg = load_config(config)
+    assert (cfg.data.file_order, cfg.single.file_order) == ("even", "even")
+    config.write_text("single:\n  file_order: sorted\n")
+    with pytest.raises(ConfigError, match="single.file_order must be one of \\['random', 'even'\\], got 'sorted'"):
+        load_config(config)

@@ -19,7 +19,10 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
-__all__ = ["MixtureSampler", "ShareSchedule"]
+__all__ = ["FILE_ORDERS", "MixtureSampler", "ShareSchedule"]
+
+# how a batch's file is chosen (config ``file_order``): a random draw by weight, or MixtureSampler's even schedule
+FILE_ORDERS = ("random", "even")
 
 
 class _FileStream:
@@ -79,6 +82,11 @@ class MixtureSampler:
         shares: per file, a fixed share of the batches (None: drawn by weight from what the files with a
             share leave); the batch's first file then follows a :class:`ShareSchedule` rather than a
             random draw. Needs ``one_file_per_batch``.
+        even: every file's batches follow the schedule, the files without a share splitting what the
+            others leave by weight, so any run of ``n`` batches gives each file its share of them, give or
+            take two (a random draw by weight leaves a file of 1/20 out of 30 batches one time in five).
+            The schedule starts at a point set by the seed, so files of small share fall into other
+            stretches under other seeds. Needs ``one_file_per_batch``.
     """
 
     def __init__(
@@ -91,6 +99,7 @@ class MixtureSampler:
         one_file_per_batch: bool = True,
         keys: Sequence[Sequence[Sequence[Hashable]]] | None = None,
         shares: Sequence[float | None] | None = None,
+        even: bool = False,
     ):
         if not sizes or len(sizes) != len(weights) or min(sizes) < 1:
             raise ValueError("need at least one file, one weight per file, and at least one row per file")
@@ -113,6 +122,13 @@ class MixtureSampler:
         if self.schedule is not None and not one_file_per_batch:
             raise ValueError("file shares choose each batch's file: they need one_file_per_batch")
         self.by_weight = [i for i in range(len(sizes)) if shares is None or shares[i] is None]
+        if even:
+            if not one_file_per_batch:
+                raise ValueError("an even file schedule chooses each batch's file: it needs one_file_per_batch")
+            self.schedule = _even_schedule(shares or [None] * len(sizes), self.probs)
+            self.by_weight = []
+            for _ in range(int(np.random.default_rng([seed, 2]).integers(EVEN_PHASES))):
+                self.schedule.next()
 
     def next_batch(self) -> list[tuple[int, int]]:
         """The next batch; it has ``batch_size`` rows unless all files together cannot supply them."""
@@ -200,6 +216,20 @@ class ShareSchedule:
         """Steps each source has had among steps 1..``steps``."""
         taken = Counter(self.plan(steps))
         return {name: taken[name] for name in self.shares}
+
+
+EVEN_PHASES = 4096  # the even schedule starts after a seed-chosen number of steps below this
+
+
+def _even_schedule(shares: Sequence[float | None], probs: np.ndarray) -> ShareSchedule:
+    """A schedule over every file (named by index): fixed shares as given, the rest split by weight."""
+    fixed = {i: float(x) for i, x in enumerate(shares) if x is not None}
+    if fixed:
+        _file_schedule(shares, len(probs))  # the same checks as without ``even``
+    rest = [i for i in range(len(probs)) if i not in fixed]
+    left = 1 - sum(fixed.values())
+    by_weight = {i: left * probs[i] / probs[rest].sum() for i in rest}
+    return ShareSchedule({str(i): share for i, share in sorted((fixed | by_weight).items())})
 
 
 def _file_schedule(shares: Sequence[float | None], files: int) -> ShareSchedule:

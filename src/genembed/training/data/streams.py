@@ -16,7 +16,7 @@ from .batches import ContrastiveBatch, build_contrastive_batch
 from .contrastive import ContrastiveRow, read_contrastive
 from .generative import GenerativeBatch, GenerativeRow, collate_generative, read_generative, tokenize_chat
 from .jsonl import DataError
-from .sampler import MixtureSampler
+from .sampler import FILE_ORDERS, MixtureSampler
 from .single import SINGLE_INSTRUCTIONS, distinct_prompts, is_texts_file, read_single_rows, row_partners
 
 if TYPE_CHECKING:
@@ -138,6 +138,13 @@ def _sources(spec: FileSpec) -> list[tuple[FileSpec, list[ContrastiveRow]]]:
     ]
 
 
+def _even(file_order: str, key: str) -> bool:
+    """Whether ``file_order`` asks for the even file schedule (:class:`MixtureSampler`'s ``even``)."""
+    if file_order not in FILE_ORDERS:
+        raise ValueError(f"{key} must be one of {', '.join(FILE_ORDERS)}, got {file_order!r}")
+    return file_order == "even"
+
+
 class ContrastiveStream:
     """Global contrastive batches from a weighted mixture of files (see :class:`MixtureSampler`)."""
 
@@ -150,6 +157,7 @@ class ContrastiveStream:
         seed: int,
         one_file_per_batch: bool = True,
         doc_instruction: str = "",
+        file_order: str = "random",
     ):
         if not files:
             raise DataError("data.files", None, "no contrastive training files configured")
@@ -160,6 +168,7 @@ class ContrastiveStream:
             f.weight if f.weight is not None else float(len(r)) for f, r in zip(self.files, self.rows, strict=True)
         ]
         keys = [[(row.query, *row.pos) for row in rows] for rows in self.rows]
+        even = _even(file_order, "data.file_order")
         try:
             self.sampler = MixtureSampler(
                 [len(r) for r in self.rows],
@@ -169,6 +178,7 @@ class ContrastiveStream:
                 one_file_per_batch=one_file_per_batch,
                 keys=keys,
                 shares=[f.share for f in self.files],
+                even=even,
             )
         except ValueError as exc:  # shares that do not add up
             raise DataError("data.files", None, str(exc)) from exc
@@ -185,6 +195,7 @@ class ContrastiveStream:
             seed=cfg.train.seed,
             one_file_per_batch=cfg.data.one_file_per_batch,
             doc_instruction=cfg.data.doc_instruction,
+            file_order=cfg.data.file_order,
         )
 
     def next(self) -> ContrastiveBatch:
@@ -270,6 +281,7 @@ class SingleStream:
         instruction: str = "none",
         doc_instruction: str = "",
         pairs: bool = False,
+        file_order: str = "random",
     ):
         if not files:
             raise DataError("single.files", None, "no single-text files configured")
@@ -303,7 +315,8 @@ class SingleStream:
         sizes = [len(t) for t in self.texts]
         drawn = batch_size - batch_size // 2 if pairs else batch_size
         self.seed = seed
-        self.sampler = MixtureSampler(sizes, self.weights, drawn, seed=seed + 2, keys=keys)
+        even = _even(file_order, "single.file_order")
+        self.sampler = MixtureSampler(sizes, self.weights, drawn, seed=seed + 2, keys=keys, even=even)
         self.last_rows: dict[str, int] = {}
 
     def next(self) -> tuple[list[str], list[str]]:
