@@ -382,3 +382,25 @@ def test_a_run_with_single_pairs_embeds_each_question_beside_its_answer(
     assert len(seen) == 2
     for texts in seen:  # each text's row-mate in the batch (the qa file's rows: a question and its passage)
         assert len(texts) == len(set(texts)) > 4 and all(mates[t] & set(texts) for t in texts)
+
+
+def test_a_runs_file_order_reaches_both_streams_samplers(
+    tmp_path, tiny_folder, tiny_teacher, targets, assets, run_config, monkeypatch
+):
+    from genembed.training.data import streams
+
+    built = []
+
+    class Recording(streams.MixtureSampler):
+        def __init__(self, *args, even=False, **kwargs):
+            built.append(even)
+            super().__init__(*args, even=even, **kwargs)
+
+    monkeypatch.setattr(streams, "MixtureSampler", Recording)
+    cfg = _config(run_config, tmp_path / "run", tiny_folder, tiny_teacher, targets, assets,
+                  loss={"regress_weight": 1.0}, single={"share": 0.5, "file_order": "even"},
+                  train={"max_steps": 2})  # fmt: skip
+    cfg.data.file_order = "even"
+    train(cfg)
+    assert built == [True, True]  # the contrastive stream's sampler, then the single texts'
+    assert [r["objective"] for r in _records(tmp_path / "run")] == ["contrastive", "single"]
