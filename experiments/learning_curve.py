@@ -46,9 +46,9 @@ def stage_point(folder: Path) -> dict:
     return point | scores(folder)
 
 
-def k5_scores(report: Path) -> dict[str, float]:
-    """Each task's score at K=5 in a ``genembed eval`` report."""
-    return {task["name"]: task["scores"]["K=5"] for task in json.loads(report.read_text())["tasks"]}
+def k5_scores(report: dict) -> dict[str, float]:
+    """Each task's score at K=5 in a ``genembed eval`` report (its parsed JSON)."""
+    return {task["name"]: task["scores"]["K=5"] for task in report["tasks"]}
 
 
 def scores(folder: Path) -> dict:
@@ -56,17 +56,18 @@ def scores(folder: Path) -> dict:
     in place of the one-start ones, and the full mean at K=5 (``eval_full.json``) found in ``folder``."""
     out = {}
     if (folder / "fast_dev.json").is_file():
-        out["fast"] = json.loads((folder / "fast_dev.json").read_text())["fast_mean"]
+        report = json.loads((folder / "fast_dev.json").read_text())
+        out["fast"] = report["fast_mean"]
         if (folder / "cluster20.json").is_file():
-            fast = k5_scores(folder / "fast_dev.json")
-            twenty = k5_scores(folder / "cluster20.json")
+            fast = k5_scores(report)
+            twenty = k5_scores(json.loads((folder / "cluster20.json").read_text()))
             if not set(twenty) <= set(fast):
                 extra = sorted(set(twenty) - set(fast))
                 raise SystemExit(f"{folder / 'cluster20.json'} scores tasks the fast protocol lacks: {extra}")
             out["fast20"] = round(sum((fast | twenty).values()) / len(fast), 2)
     if (folder / "eval_full.json").is_file():
-        tasks = json.loads((folder / "eval_full.json").read_text())["tasks"]
-        out["full"] = round(sum(task["scores"]["K=5"] for task in tasks) / len(tasks), 2)
+        full = k5_scores(json.loads((folder / "eval_full.json").read_text()))
+        out["full"] = round(sum(full.values()) / len(full), 2)
     return out
 
 

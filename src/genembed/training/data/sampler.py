@@ -118,14 +118,15 @@ class MixtureSampler:
             _FileStream(size, np.random.default_rng(c)) for size, c in zip(sizes, children[1:], strict=True)
         ]
         self.batches_drawn = 0
-        self.schedule = _file_schedule(shares, len(sizes)) if shares and any(x is not None for x in shares) else None
+        shared = shares is not None and any(x is not None for x in shares)
+        self.schedule = _file_schedule(shares, len(sizes)) if shared else None
         if self.schedule is not None and not one_file_per_batch:
             raise ValueError("file shares choose each batch's file: they need one_file_per_batch")
         self.by_weight = [i for i in range(len(sizes)) if shares is None or shares[i] is None]
         if even:
             if not one_file_per_batch:
                 raise ValueError("an even file schedule chooses each batch's file: it needs one_file_per_batch")
-            self.schedule = _even_schedule(shares or [None] * len(sizes), self.probs)
+            self.schedule = _even_schedule(self.schedule, self.by_weight, self.probs)
             self.by_weight = []
             for _ in range(int(np.random.default_rng([seed, 2]).integers(EVEN_PHASES))):
                 self.schedule.next()
@@ -221,15 +222,13 @@ class ShareSchedule:
 EVEN_PHASES = 4096  # the even schedule starts after a seed-chosen number of steps below this
 
 
-def _even_schedule(shares: Sequence[float | None], probs: np.ndarray) -> ShareSchedule:
-    """A schedule over every file (named by index): fixed shares as given, the rest split by weight."""
-    fixed = {i: float(x) for i, x in enumerate(shares) if x is not None}
-    if fixed:
-        _file_schedule(shares, len(probs))  # the same checks as without ``even``
-    rest = [i for i in range(len(probs)) if i not in fixed]
-    left = 1 - sum(fixed.values())
-    by_weight = {i: left * probs[i] / probs[rest].sum() for i in rest}
-    return ShareSchedule({str(i): share for i, share in sorted((fixed | by_weight).items())})
+def _even_schedule(fixed: ShareSchedule | None, by_weight: list[int], probs: np.ndarray) -> ShareSchedule:
+    """:func:`_file_schedule`'s plan (or none) with its ``rest`` split over the files ``by_weight`` by weight, so
+    every file is named in it (by index)."""
+    planned = dict(fixed.shares) if fixed is not None else {"rest": 1.0}
+    rest = planned.pop("rest", 0.0)
+    planned |= {str(i): rest * probs[i] / probs[by_weight].sum() for i in by_weight}
+    return ShareSchedule(dict(sorted(planned.items(), key=lambda item: int(item[0]))))
 
 
 def _file_schedule(shares: Sequence[float | None], files: int) -> ShareSchedule:
