@@ -54,7 +54,10 @@ icr-adapter: $(STAMP)
 # each plus the teacher's targets they compute; each resumes after an interruption). Stages 2 and 3 train the upper
 # 15 layers on bare single texts; stages 4 and 5 every layer, single texts under their rows' instructions (the
 # config as committed). Stage 7 (80 steps, 77 min) continues stage 5's bfloat16 copy, as the shipped stage 5 was,
-# with the reviews' topic rows among the single texts. `make ship-stage STAGE=7` then stores it in the package.
+# with the reviews' topic rows among the single texts. Stages 8-11 (60 steps, about an hour each) continue it, each
+# from the float32 run folder of the one before: stage 8 stage 7's recipe, stage 9 with row pairs among the single
+# texts, stages 10 and 11 with the reviews' topic rows at about 30 %. `make ship-stage STAGE=11` then stores it in
+# the package.
 default-adapter: teacher icr-adapter
 	$(VENV)/bin/genembed train configs/teacher-stage.yaml --resume train.output_dir=runs/teacher-stage-2 \
 		train.seed=2 lora.init_from=runs/gircse-smollm2-stage2-k10 lora.frozen_layers=15 single.instruction=none
@@ -68,6 +71,14 @@ default-adapter: teacher icr-adapter
 		runs/teacher-stage-5 --out runs/teacher-stage-5-bf16 --dtype bfloat16
 	$(VENV)/bin/genembed train configs/teacher-stage-reviews.yaml --resume train.output_dir=runs/teacher-stage-7 \
 		train.seed=7 lora.init_from=runs/teacher-stage-5-bf16
+	$(VENV)/bin/genembed train configs/teacher-stage-reviews.yaml --resume train.output_dir=runs/teacher-stage-8 \
+		train.seed=8 lora.init_from=runs/teacher-stage-7 train.max_steps=60
+	$(VENV)/bin/genembed train configs/teacher-stage-pairs.yaml --resume train.output_dir=runs/teacher-stage-9 \
+		train.seed=9 lora.init_from=runs/teacher-stage-8
+	$(VENV)/bin/genembed train configs/teacher-stage-pairs-topics.yaml --resume train.output_dir=runs/teacher-stage-10 \
+		train.seed=10 lora.init_from=runs/teacher-stage-9
+	$(VENV)/bin/genembed train configs/teacher-stage-pairs-topics.yaml --resume train.output_dir=runs/teacher-stage-11 \
+		train.seed=11 lora.init_from=runs/teacher-stage-10
 
 # Reproduce the shipped "joint" adapter (src/genembed/adapters/smollm2-135m-gircse-joint): the base model's
 # answers to 600 training queries, then 60 steps from the ICR adapter of before the teacher stage (the first two
