@@ -221,6 +221,25 @@ def test_joint_grit_training_with_generative_data(tmp_path, tiny_folder, assets,
     assert last < first - 0.3, (first, last)  # observed: 5.92 -> 5.27
 
 
+def test_joint_gircse_training_with_the_base_kl_keeps_generation_near_the_base(
+    tmp_path, tiny_folder, assets, run_config
+):
+    """generative.loss base_kl on a LoRA run: the KL starts at 0 (a fresh adapter is the base model), stays
+    small while the contrastive loss moves the adapter, and is logged as the generative term."""
+    cfg = run_config(
+        tmp_path / "run",
+        tiny_folder,
+        lora={"r": 4, "alpha": 8},
+        generative={"files": [str(assets / "chat.jsonl")], "batch_size": 2, "loss": "base_kl", "weight": 1.0},
+        train={"max_steps": 6, "lr": 5e-3},
+    )
+    train(cfg)
+    records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert records[0]["gen"] == pytest.approx(0.0, abs=1e-6)
+    assert all(r["loss"] == pytest.approx(r["rep"] + r["gen"], rel=1e-5, abs=1e-6) for r in records)
+    assert any(r["gen"] > 1e-6 for r in records[1:])  # the adapter moved, the KL saw it
+
+
 def test_bf16_autocast_accumulation_and_checkpointing_options(tmp_path, tiny_folder, run_config):
     base = {"max_steps": 2, "grad_accum": 2}
     fp32 = train(run_config(tmp_path / "fp32", tiny_folder, train=base))

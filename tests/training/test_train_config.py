@@ -48,6 +48,8 @@ def test_defaults_and_yaml_with_overrides(tmp_path):
             {"generative": {"aggregation": "batch"}},
             "generative.aggregation must be one of ['sample', 'token', 'mixed']",
         ),
+        ({"generative": {"loss": "kl"}}, "generative.loss must be one of ['next_token', 'base_kl']"),
+        ({"generative": {"temperature": 0}}, "generative.temperature must be > 0"),
         ({"lora": {"dropout": 1.0}}, "lora.dropout must be < 1"),
         ({"data": {"files": [{"weight": 1}]}}, "data.files[0]"),
         ({"data": {"files": [{"path": "x", "weight": 0}]}}, "data.files[0].weight must be > 0"),

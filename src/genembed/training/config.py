@@ -27,6 +27,7 @@ from ..encoders.prompts import PROMPT_FORMATS
 from ..encoders.settings import EmbedSettings
 from .data.sampler import FILE_ORDERS
 from .data.single import SINGLE_INSTRUCTIONS
+from .losses.generative import GENERATIVE_LOSSES
 from .losses.registry import LOSSES, active_terms, contrastive_names, loss_options, term_names
 
 __all__ = [
@@ -151,8 +152,12 @@ class DataConfig:
 
 @dataclass
 class GenerativeConfig:
-    files: list[DataFile] = field(default_factory=list)  # generative JSONL (messages or prompt/response)
+    files: list[DataFile] = field(default_factory=list)  # generative JSONL (messages, prompt/response or text)
     weight: float = 1.0  # factor on the generative loss (used when files are given)
+    # next_token: cross-entropy of the labelled tokens (GRIT); base_kl: KL from the base weights' next-token
+    # distributions (the adapter switched off) at the same positions, "generate as before" (losses/base_distill.py)
+    loss: str = "next_token"
+    temperature: float = 1.0  # base_kl: softmax temperature of both distributions
     aggregation: str = "mixed"  # sample, token or mixed (see losses/generative.py)
     batch_size: int = 4  # sequences per micro-batch on each process
     max_length: int = 256  # tokens per sequence (cut from the end)
@@ -222,6 +227,7 @@ _CHOICES = {
     "embedding.prompt_format": (None, *PROMPT_FORMATS),
     "loss.name": (None, *contrastive_names()),
     "generative.aggregation": ("sample", "token", "mixed"),
+    "generative.loss": tuple(GENERATIVE_LOSSES),
     "train.schedule": ("cosine", "linear", "constant"),
     "train.precision": ("fp32", "bf16", "auto"),
     "single.instruction": SINGLE_INSTRUCTIONS,
@@ -232,7 +238,7 @@ _CHOICES = {
 _CHOICES |= {f"loss.{option.name}": option.check for option in loss_options() if isinstance(option.check, tuple)}
 _POSITIVE = tuple(f"loss.{option.name}" for option in loss_options() if option.check == "positive")
 _POSITIVE += ("lora.r", "embedding.steps", "embedding.tau", "embedding.query_max_length", "embedding.doc_max_length")
-_POSITIVE += ("data.batch_size", "generative.batch_size", "generative.max_length")
+_POSITIVE += ("data.batch_size", "generative.batch_size", "generative.max_length", "generative.temperature")
 _POSITIVE += ("train.max_steps", "train.grad_accum", "train.checkpoint_chunk", "train.keep_checkpoints")
 _POSITIVE += ("single.batch_size", "single.max_length")
 _NON_NEGATIVE = tuple(f"loss.{option.name}" for option in loss_options() if option.check == "non_negative")

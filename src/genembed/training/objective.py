@@ -6,7 +6,8 @@ wrappers (DDP through accelerate) see one forward call per micro-batch.
     loss = contrastive loss (ICR for gircse, InfoNCE otherwise, or loss.name)
          + sum of weight * term over the weighted terms (e.g. distill: the KL to the teacher's in-batch
            similarities; regress: the distance of a map of z_k to the teacher's vector)
-         + gen_weight * next-token loss
+         + gen_weight * generative loss (the next-token loss, or the KL to the base weights' next-token
+           distributions: the adapter switched off for one extra pass without gradients)
 
 The losses come from the registry (:mod:`.losses.registry`); the objective only adds them up. A
 single-text batch (``texts=``) has no contrastive loss: each term runs on its texts alone
@@ -24,10 +25,11 @@ from torch import nn
 
 from ..encoders.batching import Batch
 from ..encoders.settings import EmbedSettings
+from ..generation.adapters import adapter_mode
 from .data.generative import GenerativeBatch
 from .distributed import gather_with_grad, rank_and_world
 from .forward import embed_batch, response_logits
-from .losses import NextTokenLoss
+from .losses import BaseDistillLoss, NextTokenLoss
 from .losses.registry import ContrastiveLoss, ObjectiveTerm, TrainedTerm, term_names
 
 __all__ = ["Objective", "RepresentationTerms"]
@@ -62,7 +64,8 @@ class Objective(nn.Module):
         settings: how texts are embedded.
         rep_loss: the contrastive loss, e.g. :class:`~.losses.ICRLoss` (``(B, K, D)`` embeddings) or
             :class:`~.losses.InfoNCE` (the last step).
-        gen_loss: next-token loss on response tokens, or None.
+        gen_loss: the generative loss on the labelled tokens (next-token, or the KL to the base weights'
+            distributions, :class:`~.losses.BaseDistillLoss`), or None.
         gen_weight: factor on the generative loss.
         cross_device_negatives: with several processes, score against every process's documents.
         terms: the weighted terms by name (:func:`~.losses.build_losses`); each carries its ``weight``.
@@ -74,7 +77,7 @@ class Objective(nn.Module):
         model: Any,
         settings: EmbedSettings,
         rep_loss: ContrastiveLoss,
-        gen_loss: NextTokenLoss | None = None,
+        gen_loss: NextTokenLoss | BaseDistillLoss | None = None,
         gen_weight: float = 1.0,
         cross_device_negatives: bool = True,
         terms: Mapping[str, ObjectiveTerm] | None = None,
@@ -194,8 +197,17 @@ class Objective(nn.Module):
         return {name: term for name, term in self.terms.items() if any(True for _ in term.parameters())}
 
     def generative_loss(self, generative: GenerativeBatch | None) -> torch.Tensor | None:
-        """The next-token loss of a generative batch, or None without a generative loss or batch."""
+        """The generative loss of a generative batch, or None without a generative loss or batch.
+
+        For :class:`~.losses.BaseDistillLoss` the same positions are first read with every adapter switched
+        off (the base weights), without gradients: its targets."""
         if self.gen_loss is None or generative is None:
             return None
+        count = generative.input_ids.shape[0]
+        if isinstance(self.gen_loss, BaseDistillLoss):
+            with torch.no_grad(), adapter_mode(self.model, False):
+                base_logits, _, _ = response_logits(self.model, generative)
+            logits, _, rows = response_logits(self.model, generative, self.settings.checkpoint_chunk)
+            return self.gen_loss.loss_from_logits(logits, base_logits, rows, count)
         logits, targets, rows = response_logits(self.model, generative, self.settings.checkpoint_chunk)
-        return self.gen_loss.loss_from_logits(logits, targets, rows, generative.input_ids.shape[0])
+        return self.gen_loss.loss_from_logits(logits, targets, rows, count)

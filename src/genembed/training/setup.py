@@ -18,7 +18,7 @@ from .config import ConfigError, RunConfig
 from .data.sampler import ShareSchedule
 from .data.streams import ContrastiveStream, GenerativeStream, SingleStream, expand_files
 from .lora import freeze_lower_layers, make_trainable
-from .losses import LossContext, NextTokenLoss, build_losses
+from .losses import LossContext, build_generative_loss, build_losses
 from .losses.registry import teacher_needs
 from .metrics import MetricsLog
 from .objective import Objective
@@ -311,7 +311,8 @@ def build_objective(
     )
     context = LossContext(model.config.hidden_size, None if targets is None else targets.dimension)
     rep, terms = build_losses(cfg.loss, settings.rules.loss, context)
-    gen = NextTokenLoss(cfg.generative.aggregation) if has_generative else None
+    gen_cfg = cfg.generative
+    gen = build_generative_loss(gen_cfg.loss, gen_cfg.aggregation, gen_cfg.temperature) if has_generative else None
     return Objective(model, settings, rep, gen, cfg.generative.weight, cfg.loss.cross_device_negatives, terms)
 
 

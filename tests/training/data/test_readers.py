@@ -1,10 +1,18 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
-from genembed.training.data import DataError, GenerativeRow, read_contrastive, read_generative, tokenize_chat
+from genembed.training.data import (
+    DataError,
+    GenerativeRow,
+    read_contrastive,
+    read_generative,
+    tokenize_chat,
+    tokenize_row,
+)
 
 
 def _write(tmp_path, lines, name="data.jsonl"):
@@ -70,7 +78,7 @@ def test_generative_formats(tmp_path):
     [
         ({"prompt": "a"}, "missing field 'response'"),
         ({"prompt": "a", "response": ""}, "field 'response' is empty"),
-        ({"text": "a"}, "missing field 'messages'"),
+        ({"body": "a"}, "missing field 'messages'"),
         ({"messages": []}, "field 'messages' must be a non-empty list"),
         ({"messages": [{"role": "user", "content": "hi"}]}, "field 'messages' has no assistant turn"),
         ({"messages": [{"role": "bot", "content": "x"}]}, "field 'messages[0].role' must be one of"),
@@ -104,3 +112,30 @@ def test_cut_to_max_length_and_nothing_left(tiny):
     cut = tokenize_chat(tiny.tokenizer, row, max_length=prompt_len + 2)
     assert cut is not None and len(cut[0]) == prompt_len + 2
     assert tokenize_chat(tiny.tokenizer, row, max_length=prompt_len) is None
+
+
+def test_plain_text_rows_are_read_bare_with_every_token_labelled(tmp_path, tiny):
+    path = tmp_path / "gen.jsonl"
+    path.write_text('{"text": "one two three"}\n{"prompt": "hi", "response": "hello"}\n')
+    text, chat = read_generative(path)
+    assert text == GenerativeRow((), text="one two three") and chat.text is None
+    ids, labels = tokenize_row(tiny.tokenizer, text, max_length=100)
+    assert ids == tiny.tokenizer("one two three", add_special_tokens=False)["input_ids"] and labels == ids
+    assert tokenize_row(tiny.tokenizer, chat, 100) == tokenize_chat(tiny.tokenizer, chat, 100)
+    assert tokenize_row(tiny.tokenizer, text, max_length=1) is None  # nothing after the first token
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('{"text": "a", "label": 1}', "unknown field 'label' next to 'text'"),
+        ('{"text": "   "}', "field 'text' is empty"),
+        ('{"text": 3}', "field 'text'"),
+        ('{"body": "x"}', "missing field 'messages' (or 'prompt' and 'response', or 'text')"),
+    ],
+)
+def test_bad_plain_text_rows_name_the_line_and_field(tmp_path, line, message):
+    path = tmp_path / "gen.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(DataError, match=re.escape(f"{path}:1: {message}")):
+        read_generative(path)

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from .batches import ContrastiveBatch, build_contrastive_batch
 from .contrastive import ContrastiveRow, read_contrastive
-from .generative import GenerativeBatch, GenerativeRow, collate_generative, read_generative, render_chat, tokenize_chat
+from .generative import (
+    GenerativeBatch,
+    GenerativeRow,
+    collate_generative,
+    read_generative,
+    render_chat,
+    tokenize_chat,
+    tokenize_row,
+)
 from .jsonl import DataError
 from .sampler import MixtureSampler, ShareSchedule
 from .single import read_single_texts
@@ -30,4 +38,5 @@ __all__ = [
     "read_single_texts",
     "render_chat",
     "tokenize_chat",
+    "tokenize_row",
 ]

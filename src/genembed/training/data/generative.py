@@ -1,9 +1,10 @@
 """Generative training rows and their tokenization with loss labels on the response tokens only.
 
 A line is either a chat, ``{"messages": [{"role": "user", "content": ...}, {"role": "assistant", ...}]}``,
-or one exchange, ``{"prompt": ..., "response": ...}``. Every assistant turn is a response whose
-tokens (including the template's end-of-turn marker) get a next-token loss; the system and user
-turns and the template around them are context only.
+one exchange, ``{"prompt": ..., "response": ...}``, or plain text, ``{"text": ...}``. Every assistant turn
+is a response whose tokens (including the template's end-of-turn marker) get a next-token loss; the
+system and user turns and the template around them are context only. Plain text is read bare (no
+template, no special tokens) and every token after the first is learned.
 
 Conversations are rendered exactly as given, as :mod:`genembed.generation.chat` renders them when the
 model chats: a template that inserts a default system prompt (SmolLM2's does) inserts it here too,
@@ -21,7 +22,15 @@ import torch
 
 from .jsonl import DataError, iter_jsonl, require_string
 
-__all__ = ["GenerativeBatch", "GenerativeRow", "collate_generative", "read_generative", "render_chat", "tokenize_chat"]
+__all__ = [
+    "GenerativeBatch",
+    "GenerativeRow",
+    "collate_generative",
+    "read_generative",
+    "render_chat",
+    "tokenize_chat",
+    "tokenize_row",
+]
 
 _ROLES = ("system", "user", "assistant")
 IGNORE = -100
@@ -29,9 +38,11 @@ IGNORE = -100
 
 @dataclass(frozen=True)
 class GenerativeRow:
-    """One conversation: ``messages`` as ``(role, content)`` pairs, at least one from the assistant."""
+    """One conversation, ``messages`` as ``(role, content)`` pairs with at least one from the assistant, or
+    one plain ``text`` (then ``messages`` is empty)."""
 
     messages: tuple[tuple[str, str], ...]
+    text: str | None = None
 
 
 def read_generative(path: str | Path) -> list[GenerativeRow]:
@@ -54,8 +65,16 @@ def read_generative(path: str | Path) -> list[GenerativeRow]:
             prompt = require_string(obj, "prompt", path, line)
             response = require_string(obj, "response", path, line)
             rows.append(GenerativeRow((("user", prompt), ("assistant", response))))
+        elif "text" in obj:
+            unknown = sorted(set(obj) - {"text"})
+            if unknown:
+                raise DataError(path, line, f"unknown field {unknown[0]!r} next to 'text'")
+            text = require_string(obj, "text", path, line)
+            if not text.strip():
+                raise DataError(path, line, "field 'text' is empty")
+            rows.append(GenerativeRow((), text=text))
         else:
-            raise DataError(path, line, "missing field 'messages' (or 'prompt' and 'response')")
+            raise DataError(path, line, "missing field 'messages' (or 'prompt' and 'response', or 'text')")
     return rows
 
 
@@ -84,6 +103,16 @@ def render_chat(tokenizer: Any, messages: Sequence[tuple[str, str]], *, add_gene
     """The chat template applied to ``(role, content)`` messages."""
     dicts = [{"role": role, "content": content} for role, content in messages]
     return tokenizer.apply_chat_template(dicts, tokenize=False, add_generation_prompt=add_generation_prompt)
+
+
+def tokenize_row(tokenizer: Any, row: GenerativeRow, max_length: int) -> tuple[list[int], list[int]] | None:
+    """Token ids and labels of a generative row, cut to ``max_length``: a conversation as
+    :func:`tokenize_chat` does it, plain text bare with every token labelled. None when nothing is left to
+    learn (no labelled token after the first position)."""
+    if row.text is None:
+        return tokenize_chat(tokenizer, row, max_length)
+    ids = tokenizer(row.text, add_special_tokens=False)["input_ids"][:max_length]
+    return (ids, list(ids)) if len(ids) > 1 else None
 
 
 def tokenize_chat(tokenizer: Any, row: GenerativeRow, max_length: int) -> tuple[list[int], list[int]] | None:

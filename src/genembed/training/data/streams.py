@@ -14,7 +14,7 @@ import numpy as np
 
 from .batches import ContrastiveBatch, build_contrastive_batch
 from .contrastive import ContrastiveRow, read_contrastive
-from .generative import GenerativeBatch, GenerativeRow, collate_generative, read_generative, tokenize_chat
+from .generative import GenerativeBatch, GenerativeRow, collate_generative, read_generative, tokenize_row
 from .jsonl import DataError
 from .sampler import FILE_ORDERS, MixtureSampler
 from .single import SINGLE_INSTRUCTIONS, distinct_prompts, is_texts_file, read_single_rows, row_partners
@@ -247,8 +247,8 @@ class GenerativeStream:
         return [self.rows[f][r] for f, r in self.sampler.next_batch()]
 
     def collate(self, rows: Sequence[GenerativeRow]) -> GenerativeBatch | None:
-        """Tokenize and left-pad rows; None when no row keeps a response token within ``max_length``."""
-        items = [tokenize_chat(self.tokenizer, row, self.max_length) for row in rows]
+        """Tokenize and left-pad rows; None when no row keeps a labelled token within ``max_length``."""
+        items = [tokenize_row(self.tokenizer, row, self.max_length) for row in rows]
         kept = [item for item in items if item is not None]
         return collate_generative(kept, self.tokenizer.pad_token_id) if kept else None
 

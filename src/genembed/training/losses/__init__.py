@@ -3,15 +3,18 @@ in :mod:`.registry` (the table the ``loss:`` config section and the objective ar
 
 from __future__ import annotations
 
+from .base_distill import BaseDistillLoss
 from .distill import SimilarityDistillation
 from .embedding_distill import EMBEDDING_LOSSES, EmbeddingDistillation
-from .generative import AGGREGATIONS, NextTokenLoss
+from .generative import AGGREGATIONS, GENERATIVE_LOSSES, NextTokenLoss, build_generative_loss
 from .icr import ICRLoss
 from .info_nce import ContrastiveTerms, InfoNCE, default_labels
 from .registry import LOSSES, ContrastiveLoss, LossContext, ObjectiveTerm, TrainedTerm, build_losses
 
 __all__ = [
     "AGGREGATIONS",
+    "GENERATIVE_LOSSES",
+    "BaseDistillLoss",
     "EMBEDDING_LOSSES",
     "LOSSES",
     "ContrastiveLoss",
@@ -24,6 +27,7 @@ __all__ = [
     "ObjectiveTerm",
     "SimilarityDistillation",
     "TrainedTerm",
+    "build_generative_loss",
     "build_losses",
     "default_labels",
 ]

@@ -14,13 +14,17 @@ Reference: Muennighoff et al., "Generative Representational Instruction Tuning" 
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["AGGREGATIONS", "NextTokenLoss"]
+from ._tokens import AGGREGATIONS, aggregate
+from .base_distill import BaseDistillLoss
 
-AGGREGATIONS = ("sample", "token", "mixed")
+__all__ = ["AGGREGATIONS", "GENERATIVE_LOSSES", "NextTokenLoss", "build_generative_loss"]
+
 IGNORE = -100
 
 
@@ -56,17 +60,23 @@ class NextTokenLoss(nn.Module):
         if logits.shape[0] == 0:
             return logits.sum() * 0.0  # keeps the graph (and DDP) intact when no sample has a response
         token_loss = F.cross_entropy(logits.float(), targets, reduction="none")  # (M,)
-        if self.aggregation == "mixed":
-            return token_loss.mean()
-        if self.aggregation == "token":
-            return token_loss.sum() / num_samples
-        sums = token_loss.new_zeros(num_samples).index_add(0, sample_index, token_loss)  # (num_samples,)
-        counts = torch.bincount(sample_index, minlength=num_samples).to(token_loss.dtype)
-        has = counts > 0
-        return (sums[has] / counts[has]).mean()
+        return aggregate(token_loss, sample_index, num_samples, self.aggregation)
 
     def forward(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         targets = labels[:, 1:]  # (B, T-1): position t predicts token t+1
         selected = targets != IGNORE
         sample_index = torch.arange(labels.shape[0], device=labels.device)[:, None].expand_as(targets)[selected]
         return self.loss_from_logits(logits[:, :-1][selected], targets[selected], sample_index, labels.shape[0])
+
+
+# the generative losses by the name ``generative.loss`` takes
+GENERATIVE_LOSSES = {"next_token": NextTokenLoss, "base_kl": BaseDistillLoss}
+
+
+def build_generative_loss(name: str, aggregation: str = "mixed", temperature: float = 1.0) -> Any:
+    """The generative loss called ``name`` (a key of :data:`GENERATIVE_LOSSES`)."""
+    if name not in GENERATIVE_LOSSES:
+        raise ValueError(f"generative loss must be one of {', '.join(GENERATIVE_LOSSES)}, got {name!r}")
+    if name == "base_kl":
+        return BaseDistillLoss(aggregation, temperature)
+    return NextTokenLoss(aggregation)
