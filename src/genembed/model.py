@@ -13,6 +13,7 @@ import torch
 from .adapter_info import TrainedFor, warn_if_untrained
 from .backbone.device import resolve_device
 from .backbone.loading import Backbone
+from .encoders.defaults import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH
 from .encoders.embedder import encode_texts, to_output, validate_texts
 from .encoders.inspect_tokens import SoftTokenStep, inspect_soft_tokens
 from .encoders.instructions import DEFAULT_QUERY_INSTRUCTION, check_prompts, default_prompts, resolve_instruction
@@ -167,10 +168,10 @@ class GenerativeEmbedder:
         attention: str | None = None,
         prompt_format: str | None = None,
         tau: float | None = None,
-        batch_size: int = 32,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         normalize: bool | None = None,
         normalize_embeddings: bool | None = None,
-        max_length: int = 512,
+        max_length: int = DEFAULT_MAX_LENGTH,
         show_progress_bar: bool | None = None,
         convert_to_numpy: bool = True,
         convert_to_tensor: bool = False,
@@ -475,7 +476,7 @@ class GenerativeEmbedder:
             instruction: task description opening the prompt, e.g. "Given a scientific claim, retrieve
                 documents that support or refute the claim." (default: a generic relevance instruction).
             batch_size: documents per forward pass (default 8).
-            max_length: document tokens kept (default 512).
+            max_length: document tokens kept (default ``DEFAULT_MAX_LENGTH``, 512).
             scoring: ``"query_likelihood"`` (default) or ``"yes_no"`` (above).
 
         Returns:

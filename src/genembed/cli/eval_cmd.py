@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from genembed.encoders.defaults import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH
+
 from ._common import (
     AdapterOpt,
     AttentionOpt,
@@ -41,8 +43,8 @@ def eval_tasks(
     ] = None,
     attention: AttentionOpt = None,
     prompt_format: PromptFormatOpt = None,
-    max_length: Annotated[int, typer.Option("--max-length", min=1, help="tokens per prompt")] = 512,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="texts per forward pass")] = 32,
+    max_length: Annotated[int, typer.Option("--max-length", min=1, help="tokens per prompt")] = DEFAULT_MAX_LENGTH,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="texts per forward pass")] = DEFAULT_BATCH_SIZE,
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="at most N rows per data file")] = None,
     rerank_top: Annotated[int | None, rerank_top_option("re-rank the top N of retrieval tasks generatively")] = None,
     cluster_starts: Annotated[

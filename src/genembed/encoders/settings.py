@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..backbone.attention import check_attention
+from .defaults import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH
 from .instructions import DEFAULT_QUERY_INSTRUCTION
 from .methods import DEFAULT_MAX_STEPS, DEFAULT_METHOD, DEFAULT_STEPS, DEFAULT_TAU, MethodRules, method_rules
 from .prompts import PROMPT_FORMATS, EncodedPrompt, encode_prompts
 
-__all__ = ["EMBEDDING_FIELDS", "EmbedSettings"]
+__all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_MAX_LENGTH", "EMBEDDING_FIELDS", "EmbedSettings"]
 
 # the fields that decide an encoded text's embedding (not batch size, fast path or index-side settings):
 # what centers are memoised under and what a resumable ``genembed encode`` folder records
@@ -44,8 +45,8 @@ class EmbedSettings:
     attention: str | None = None  # None: the method's (causal unless the method fixes it)
     prompt_format: str | None = None  # one of PROMPT_FORMATS (chat, plain, gircse, gritlm); None or "": the method's
     tau: float = DEFAULT_TAU  # soft-token softmax temperature
-    max_length: int = 512  # tokens per prompt (instruction and template included); longer texts are cut
-    batch_size: int = 32  # texts per forward pass (changes no embedding)
+    max_length: int = DEFAULT_MAX_LENGTH  # tokens per prompt (instruction and template included); longer texts are cut
+    batch_size: int = DEFAULT_BATCH_SIZE  # texts per forward pass (changes no embedding)
     use_cache: bool = True  # KV-cached soft tokens; False recomputes the sequence every step (reference)
     fast_path: bool = True  # the CPU inference fast path where it applies (genembed.encoders.fast_decoder)
     checkpoint_chunk: int = 0  # training: > 0 recomputes chunks of this many texts in the backward pass

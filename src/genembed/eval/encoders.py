@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ..encoders.defaults import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH
 from ..encoders.methods import DEFAULT_METHOD, DEFAULT_STEPS, SOFT_TOKEN_METHOD, method_rules
 from ..encoders.settings import EmbedSettings
 from ._fingerprint import code_fingerprint, digest, folder_fingerprint, tensors_fingerprint
@@ -55,8 +56,8 @@ class GenembedEncoder:
         steps: int | str | Sequence[int] | None = None,
         attention: str | None = None,
         prompt_format: str | None = None,
-        max_length: int = 512,
-        batch_size: int = 32,
+        max_length: int = DEFAULT_MAX_LENGTH,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         center: bool | None = None,
     ):
         self.model = model
@@ -184,7 +185,12 @@ class SentenceTransformerEncoder:
     """
 
     def __init__(
-        self, model: Any, *, name: str | None = None, instruction_template: str | None = None, batch_size: int = 32
+        self,
+        model: Any,
+        *,
+        name: str | None = None,
+        instruction_template: str | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
     ):
         if instruction_template is not None and "{text}" not in instruction_template:
             raise ValueError("instruction_template must contain '{text}' (and usually '{instruction}')")

@@ -31,6 +31,7 @@ from mteb.models.abs_encoder import AbsEncoder
 from mteb.models.model_meta import ModelMeta, ScoringFunction
 from mteb.types import PromptType
 
+from ..encoders.defaults import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH
 from ..encoders.methods import DEFAULT_STEPS, method_rules
 from ..encoders.settings import EmbedSettings
 from ..published import published_for
@@ -104,7 +105,7 @@ class GenembedMTEBModel(AbsEncoder):
         attention: str | None = None,
         prompt_format: str | None = None,
         max_length: int | None = None,
-        batch_size: int = 32,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         prompts_dict: dict[str, str] | None = None,
         instruct_documents: bool = False,
         dtype: str = "auto",
@@ -126,7 +127,9 @@ class GenembedMTEBModel(AbsEncoder):
         self.encode_settings |= {"attention": model.attention if own and attention is None else attention}
         own_format = model.prompt_format if own else None
         self.encode_settings |= {"prompt_format": own_format if prompt_format is None else prompt_format}
-        self.encode_settings |= {"max_length": max_length or (self.published.max_length if self.published else 512)}
+        self.encode_settings |= {
+            "max_length": max_length or (self.published.max_length if self.published else DEFAULT_MAX_LENGTH)
+        }
         self.normalize = self.published.normalize_eval if self.published else True
         self.batch_size = batch_size
         EmbedSettings.build(**self.encode_settings, tau=model.tau)  # bad settings fail now, not mid-benchmark
