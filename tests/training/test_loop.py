@@ -319,7 +319,7 @@ def _native_bf16(monkeypatch, native: bool) -> None:
 
 @pytest.mark.parametrize("native", [True, False])
 def test_auto_precision_is_bf16_only_where_the_cpu_computes_it_natively(monkeypatch, native):
-    from genembed.training.setup import training_precision
+    from genembed.training.run import training_precision
 
     _native_bf16(monkeypatch, native)
     assert training_precision("auto", "cpu") == ("bf16" if native else "fp32")
