@@ -138,7 +138,7 @@ def eval_tasks(
 def _published_instructions(loaded: object, tasks: list) -> tuple[list, dict] | None:
     """For a published checkpoint: the tasks with its authors' instructions and what each task now uses."""
     from genembed.eval.published_instructions import with_published_instructions
-    from genembed.published import published_for
+    from genembed.models.published import published_for
 
     entry = published_for(loaded)
     if entry is None:

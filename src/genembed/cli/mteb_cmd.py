@@ -45,7 +45,7 @@ def mteb_eval(
         from genembed.eval.mteb_model import GenembedMTEBModel
     except ImportError as exc:
         _fail(f'`genembed mteb` needs mteb: pip install "genembed[mteb]" ({exc})')
-    from genembed.published import published_for, published_model
+    from genembed.models.published import published_for, published_model
 
     entry = published_model(model)
     name = benchmark or (entry.benchmark if entry and not tasks else None)

@@ -45,27 +45,21 @@ def check_prompts(prompts: Mapping[str, str | None]) -> dict[str, str | None]:
 def resolve_instruction(
     prompts: Mapping[str, str | None],
     *,
-    instruction: str | None = None,
     prompt: str | None = None,
     prompt_name: str | None = None,
     default_prompt_name: str | None = None,
 ) -> str:
     """The instruction one encode call uses.
 
-    ``instruction`` and ``prompt`` are two names for the same thing (genembed's and
-    sentence-transformers'). As in sentence-transformers, an explicit one wins over ``prompt_name``,
-    and ``default_prompt_name`` applies only when neither is given.
+    As in sentence-transformers, an explicit ``prompt`` (genembed's ``instruction``) wins over
+    ``prompt_name``, and ``default_prompt_name`` applies only when neither is given.
 
     Raises:
-        ValueError: ``instruction`` and ``prompt`` disagree, or ``prompt_name`` is not in ``prompts``
-            (the message lists the known names).
+        ValueError: ``prompt_name`` is not in ``prompts`` (the message lists the known names).
     """
-    if instruction is not None and prompt is not None and instruction != prompt:
-        raise ValueError(f"instruction={instruction!r} and prompt={prompt!r} disagree; give one of them")
     if prompt_name is not None and prompt_name not in prompts:
         raise ValueError(f"unknown prompt_name {prompt_name!r}; this model's prompts are {sorted(prompts)}")
-    explicit = instruction if instruction is not None else prompt
-    if explicit is not None:
-        return explicit
+    if prompt is not None:
+        return prompt
     name = prompt_name if prompt_name is not None else default_prompt_name
     return (prompts.get(name) or "") if name is not None else ""

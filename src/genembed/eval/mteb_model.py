@@ -14,7 +14,7 @@ then mteb's default prompt for the task type. Queries and symmetric texts (STS, 
 clustering, pair classification) get the instruction; documents (``prompt_type="document"``) are
 embedded without one, as GIRCSE and GRIT do, unless ``instruct_documents=True``.
 
-A published checkpoint (:mod:`genembed.published`: ``GenembedMTEBModel("GritLM/GritLM-7B")``) is
+A published checkpoint (:mod:`genembed.models.published`: ``GenembedMTEBModel("GritLM/GritLM-7B")``) is
 evaluated as its authors' MTEB script does: their per-task instructions (queries and documents as
 their table says), their K, and their normalisation (GritLM's MTEB run does not L2-normalise, which
 matters to classification), unless ``prompts_dict`` is given. A task missing from their table falls
@@ -34,7 +34,7 @@ from mteb.types import PromptType
 from ..encoders.defaults import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH
 from ..encoders.methods import DEFAULT_STEPS, method_rules
 from ..encoders.settings import EmbedSettings
-from ..published import published_for
+from ..models.published import published_for
 
 __all__ = ["GenembedMTEBModel", "genembed_model_meta"]
 

@@ -221,7 +221,7 @@ def trainable_model(cfg: RunConfig, model: Any, init_from: Path | None) -> Any:
 
 def init_adapter(init_from: str | None) -> Path | None:
     """The adapter folder training starts from (checked): ``"default"`` is the adapter shipped with genembed."""
-    from ..adapter_loading import adapter_folder, default_adapter
+    from ..models.adapters import adapter_folder, default_adapter
 
     if init_from is None:
         return None
