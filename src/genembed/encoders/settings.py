@@ -57,7 +57,6 @@ class EmbedSettings:
     batch_size: int = DEFAULT_BATCH_SIZE  # texts per forward pass (changes no embedding)
     use_cache: bool = True  # KV-cached soft tokens; False recomputes the sequence every step (reference)
     fast_path: bool = True  # the CPU inference fast path where it applies (genembed.encoders.fast_decoder)
-    checkpoint_chunk: int = 0  # training: > 0 recomputes chunks of this many texts in the backward pass
     # soft tokens on the transformers path: each instruction's prefix computed once per batch (same
     # embeddings up to rounding; genembed.encoders.shared_prefix); causal attention only
     share_prefix: bool = False

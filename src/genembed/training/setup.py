@@ -248,13 +248,14 @@ def build_objective(
 ) -> Objective:
     """The objective the config names: the registered losses (training/losses/registry.py) and the
     generative loss when there is generative data."""
-    settings = cfg.embedding.settings(
-        checkpoint_chunk=cfg.train.checkpoint_chunk if cfg.train.gradient_checkpointing else 0
-    )
+    settings = cfg.embedding.settings()
     context = LossContext(model.config.hidden_size, None if targets is None else targets.dimension)
     rep, terms = build_losses(cfg.loss, settings.rules.loss, context)
     gen = NextTokenLoss(cfg.generative.aggregation) if has_generative else None
-    return Objective(model, settings, rep, gen, cfg.generative.weight, cfg.loss.cross_device_negatives, terms)
+    chunk = cfg.train.checkpoint_chunk if cfg.train.gradient_checkpointing else 0
+    return Objective(
+        model, settings, rep, gen, cfg.generative.weight, cfg.loss.cross_device_negatives, terms, checkpoint_chunk=chunk
+    )
 
 
 def _schedule(kind: str, warmup: int, total: int) -> Any:
