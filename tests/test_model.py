@@ -15,8 +15,9 @@ def test_default_prompts_and_named_instructions(tiny_model):
     assert tiny_model.prompts == {
         "query": DEFAULT_QUERY_INSTRUCTION,
         "document": "",
-        "classification": None,
-        "clustering": None,
+        "classification": "Classify the given text.",
+        "clustering": "Identify the main topic of the given text.",
+        "text-matching": "Retrieve semantically similar text.",
     }
     assert tiny_model.default_prompt_name is None
     query = tiny_model.encode(TEXTS, instruction=DEFAULT_QUERY_INSTRUCTION)
@@ -25,7 +26,10 @@ def test_default_prompts_and_named_instructions(tiny_model):
     np.testing.assert_array_equal(tiny_model.encode(TEXTS, prompt=DEFAULT_QUERY_INSTRUCTION), query)
     plain = tiny_model.encode(TEXTS)
     np.testing.assert_array_equal(tiny_model.encode_document(TEXTS), plain)
+    classify = tiny_model.encode(TEXTS, instruction="Classify the given text.")
+    np.testing.assert_array_equal(tiny_model.encode(TEXTS, prompt_name="classification"), classify)
     # None prompts stand for the caller's instruction, and without one there is none
+    tiny_model.prompts["classification"] = None
     np.testing.assert_array_equal(tiny_model.encode(TEXTS, prompt_name="classification"), plain)
     own = tiny_model.encode(TEXTS, instruction="Classify the topic.")
     np.testing.assert_array_equal(

@@ -43,9 +43,9 @@ class GenerativeEmbedder:
             unless a call says otherwise: what ``genembed.load(...)`` takes by these names and
             :meth:`save` stores (checked by :meth:`check_settings`). ``pooling`` (read-only) follows
             from ``method``.
-        prompts: named instructions, ``{"query": ..., "document": "", "classification": None,
-            "clustering": None}`` by default (:mod:`genembed.encoders.instructions`); ``None`` means
-            "the caller's instruction". ``encode(prompt_name="query")`` uses ``prompts["query"]``.
+        prompts: named instructions, :data:`genembed.encoders.instructions.NAMED_INSTRUCTIONS` by
+            default (``query``, ``document``, ``classification``, ``clustering``, ``text-matching``);
+            ``None`` means "the caller's instruction". ``encode(prompt_name="query")`` uses ``prompts["query"]``.
         default_prompt_name: the prompt ``encode`` uses when given no instruction (None: none).
         similarity_fn_name: ``"cosine"`` (default), ``"dot"``, ``"euclidean"`` or ``"manhattan"``.
         truncate_dim: keep only the first ``truncate_dim`` dimensions of every embedding (None: all).
