@@ -105,7 +105,7 @@ class ServingState:
         return self.model.encode(
             texts,
             instruction=instruction,
-            steps=max(steps, 1),
+            steps=steps,
             method=s.method,
             prompt_format=s.prompt_format,
             batch_size=s.encode_batch_size,
