@@ -127,3 +127,24 @@ def test_a_format_1_save_without_max_length_still_loads(tiny_model, tmp_path):
     path.write_text(json.dumps({**settings, "format": 3}))
     with pytest.raises(ValueError, match=r"format 3 is not one of \(1, 2\)"):
         genembed.load(folder)
+
+
+def test_the_encode_command_and_eval_keep_a_saved_max_length(tiny_folder, tmp_path):
+    from typer.testing import CliRunner
+
+    from genembed.cli.app import app
+    from genembed.encoders.corpus import load_corpus_embeddings
+    from genembed.eval import GenembedEncoder
+
+    model = genembed.load(tiny_folder, max_length=40)
+    folder = model.save(tmp_path / "saved")
+    assert GenembedEncoder(model).embed_settings.max_length == 40
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"id": str(i), "text": t}) + "\n" for i, t in enumerate(TEXTS)))
+    result = CliRunner().invoke(
+        app, ["encode", str(source), "--out", str(tmp_path / "emb"), "--model", str(folder), "-q"]
+    )
+    assert result.exit_code == 0, result.output
+    _, vectors = load_corpus_embeddings(tmp_path / "emb")
+    np.testing.assert_allclose(vectors, model.encode(TEXTS), atol=1e-5)
+    assert not np.allclose(vectors[1], model.encode(TEXTS, max_length=96)[1], atol=1e-3)  # the cut matters

@@ -49,8 +49,13 @@ def encode(
     prompt_format: PromptFormatOpt = None,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="texts per forward pass")] = DEFAULT_BATCH_SIZE,
     max_length: Annotated[
-        int, typer.Option("--max-length", min=1, help="tokens per text (cut from the end)")
-    ] = DEFAULT_MAX_LENGTH,
+        int | None,
+        typer.Option(
+            "--max-length",
+            min=1,
+            help=f"tokens per text, cut from the end (default: the model's, {DEFAULT_MAX_LENGTH})",
+        ),
+    ] = None,
     shard_size: Annotated[int, typer.Option("--shard-size", min=1, help="records per output shard")] = 4096,
     text_field: Annotated[str, typer.Option("--text-field", help="field holding the text")] = "text",
     id_field: Annotated[str, typer.Option("--id-field", help="field holding the id (else the record number)")] = "id",

@@ -56,11 +56,13 @@ class GenembedEncoder:
         steps: int | str | Sequence[int] | None = None,
         attention: str | None = None,
         prompt_format: str | None = None,
-        max_length: int = DEFAULT_MAX_LENGTH,
+        max_length: int | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
         center: bool | None = None,
     ):
         self.model = model
+        if max_length is None:  # the model's (genembed.load(max_length=...)), else the default
+            max_length = getattr(model, "max_length", DEFAULT_MAX_LENGTH)
         self.center = bool(getattr(model, "center", False)) if center is None else center
         if not method_rules(method).uses_steps and steps is not None:
             raise ValueError(f"steps apply only to method {SOFT_TOKEN_METHOD!r}, not {method!r}")

@@ -128,7 +128,8 @@ class GenembedMTEBModel(AbsEncoder):
         own_format = model.prompt_format if own else None
         self.encode_settings |= {"prompt_format": own_format if prompt_format is None else prompt_format}
         self.encode_settings |= {
-            "max_length": max_length or (self.published.max_length if self.published else DEFAULT_MAX_LENGTH)
+            "max_length": max_length
+            or (self.published.max_length if self.published else getattr(model, "max_length", DEFAULT_MAX_LENGTH))
         }
         self.normalize = self.published.normalize_eval if self.published else True
         self.batch_size = batch_size
