@@ -98,18 +98,19 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     import genembed
+    from genembed.models.adapters import DEFAULT_ADAPTER, trained_for_generation
 
     raw = genembed.load(adapter=False, dtype="float32")
     heldout = heldout_items(raw.backbone.tokenizer, args.heldout, args.max_length)
     texts = text_items(raw.backbone.tokenizer, args.texts, 128)
     rows = [measure("raw backbone", raw, heldout, texts, args.max_new_tokens)]
     del raw
-    candidates = [("shipped GIRCSE adapter (embedding-only)", genembed.loading.DEFAULT_ADAPTER)]
+    candidates = [("shipped GIRCSE adapter (embedding-only)", DEFAULT_ADAPTER)]
     candidates += [(f"adapter {a}", Path(a)) for a in args.adapter]
     for name, folder in candidates:
         model = genembed.load(adapter=folder, dtype="float32")
         row = measure(name, model, heldout, texts, args.max_new_tokens)
-        row["trained_for_generation"] = genembed.loading.trained_for_generation(folder)
+        row["trained_for_generation"] = trained_for_generation(folder)
         rows.append(row)
     result = {
         "command": "python benchmarks/grit_generation.py " + " ".join(f"--adapter {a}" for a in args.adapter),

@@ -83,7 +83,9 @@ def main() -> None:
     )
 
     def contrastive_step() -> None:
-        q, d = (embed_batch(model, part, objective.settings) for part in (queries, documents))
+        q, d = (
+            embed_batch(model, part, objective.settings, objective.checkpoint_chunk) for part in (queries, documents)
+        )
         out = objective.rep_loss.terms(q, d, labels, None)
         out.total.backward()
 

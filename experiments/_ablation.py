@@ -74,8 +74,8 @@ def load_model(model: Any, adapter: Path | None, *, dtype: str | None = None) ->
     test."""
     import genembed
     from genembed.backbone.tiny import tiny_backbone
-    from genembed.loading import attach_adapter
     from genembed.model import GenerativeEmbedder
+    from genembed.models.adapters import attach_adapter
 
     if model.name != "tiny":
         return genembed.load(model.name, adapter=adapter or False, dtype=dtype or model.dtype)

@@ -209,7 +209,7 @@ def _prepare(args: argparse.Namespace, cfg: Any, *, mine: bool = True) -> None:
 
 def _starting_model(cfg: Any) -> Any:
     """The model a row starts from: its backbone with ``lora.init_from`` (the shipped adapter for ``default``)."""
-    from genembed.loading import adapter_folder, default_adapter
+    from genembed.models.adapters import adapter_folder, default_adapter
 
     init = cfg.lora.init_from
     adapter = None if init is None else default_adapter() if init == "default" else adapter_folder(init)

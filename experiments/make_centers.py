@@ -1,9 +1,10 @@
 """The centers shipped with the bundled adapters: ``centers.safetensors`` in each adapter's folder.
 
-For each shipped adapter (``genembed.loading.SHIPPED_ADAPTERS``), loads the bundled backbone with it in
+For each shipped adapter (``genembed.models.adapters.SHIPPED_ADAPTERS``), loads the bundled backbone with it in
 float32 and stores the centers (:mod:`genembed.encoders.centering`) of the instructions a server names
-(``genembed.serve.instructions.named_instructions``: the model's ``prompts`` and the server's query,
-document, classification, clustering and text-matching instructions), with the model's default
+(``genembed.serve.instructions.named_instructions``: the one table of named instructions,
+``genembed.encoders.instructions.NAMED_INSTRUCTIONS``, which is also the model's ``prompts``), with the
+model's default
 settings, so that ``genembed.load()`` and a fresh ``genembed serve`` compute none of them:
 
     make centers    # GENEMBED_CENTER_CACHE=off .venv/bin/python experiments/make_centers.py
@@ -18,7 +19,7 @@ import time
 
 import genembed
 from genembed.encoders.centering import center_cache, save_centers
-from genembed.loading import SHIPPED_ADAPTERS
+from genembed.models.adapters import SHIPPED_ADAPTERS
 from genembed.serve.instructions import named_instructions
 
 

@@ -74,7 +74,7 @@ def real_model():
 def default_model():
     """What ``genembed.load()`` gives: the bundled backbone plus the shipped GIRCSE adapter."""
     import genembed
-    from genembed.loading import default_adapter
+    from genembed.models.adapters import default_adapter
 
     if default_adapter() is None:
         pytest.fail("this checkout ships no default adapter (src/genembed/adapters/)")

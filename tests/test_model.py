@@ -15,8 +15,9 @@ def test_default_prompts_and_named_instructions(tiny_model):
     assert tiny_model.prompts == {
         "query": DEFAULT_QUERY_INSTRUCTION,
         "document": "",
-        "classification": None,
-        "clustering": None,
+        "classification": "Classify the given text.",
+        "clustering": "Identify the main topic of the given text.",
+        "text-matching": "Retrieve semantically similar text.",
     }
     assert tiny_model.default_prompt_name is None
     query = tiny_model.encode(TEXTS, instruction=DEFAULT_QUERY_INSTRUCTION)
@@ -25,7 +26,10 @@ def test_default_prompts_and_named_instructions(tiny_model):
     np.testing.assert_array_equal(tiny_model.encode(TEXTS, prompt=DEFAULT_QUERY_INSTRUCTION), query)
     plain = tiny_model.encode(TEXTS)
     np.testing.assert_array_equal(tiny_model.encode_document(TEXTS), plain)
+    classify = tiny_model.encode(TEXTS, instruction="Classify the given text.")
+    np.testing.assert_array_equal(tiny_model.encode(TEXTS, prompt_name="classification"), classify)
     # None prompts stand for the caller's instruction, and without one there is none
+    tiny_model.prompts["classification"] = None
     np.testing.assert_array_equal(tiny_model.encode(TEXTS, prompt_name="classification"), plain)
     own = tiny_model.encode(TEXTS, instruction="Classify the topic.")
     np.testing.assert_array_equal(
@@ -157,3 +161,27 @@ def test_model_defaults_drive_encode(tiny_model):
     np.testing.assert_array_equal(
         tiny_model.encode(TEXTS, method="last"), tiny_model.encode(TEXTS, method="last", attention="causal")
     )
+
+
+def test_encode_takes_settings_as_keywords_or_as_one_object(tiny_model):
+    from genembed.encoders.settings import EmbedSettings
+
+    by_keywords = tiny_model.encode(TEXTS, method="mean", max_length=16)
+    by_object = tiny_model.encode(TEXTS, settings=EmbedSettings(method="mean", max_length=16))
+    np.testing.assert_array_equal(by_keywords, by_object)
+    # keywords change the object's settings; another method brings its own attention and prompt format
+    changed = tiny_model.encode(TEXTS, settings=EmbedSettings(method="grit"), method="mean", max_length=16)
+    np.testing.assert_array_equal(changed, by_keywords)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'sentences_per_batch'.*'steps'"):
+        tiny_model.encode(TEXTS, sentences_per_batch=4)
+
+
+def test_steps_and_settings_resolve_without_calling_back_into_the_model(tiny_model):
+    """The model's settings changed by a call follow one rule (encoders.settings.override_fields)."""
+    tiny_model.method, tiny_model.prompt_format, tiny_model.steps = "mean", "gritlm", "auto"
+    own = tiny_model.embed_settings()
+    assert (own.method, own.prompt_format, own.adaptive) == ("mean", "gritlm", True)
+    assert tiny_model.embed_settings(prompt_format="").prompt_format == "gritlm"  # "": the model's own
+    other = tiny_model.embed_settings(method="gircse", steps=2)
+    assert (other.method, other.prompt_format, other.steps, other.adaptive) == ("gircse", "chat", 2, False)
+    assert own.override(method="gircse", steps=2) == other

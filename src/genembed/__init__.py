@@ -15,7 +15,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 _LAZY = {
-    "load": "genembed.loading",
+    "load": "genembed.models.load",
     "DamagedFileError": "genembed._files",
     "GenerativeEmbedder": "genembed.model",
     "DEFAULT_QUERY_INSTRUCTION": "genembed.encoders.instructions",

@@ -6,31 +6,24 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import torch
 
-from .adapter_info import TrainedFor, warn_if_untrained
 from .backbone.device import resolve_device
 from .backbone.loading import Backbone
+from .encoders.defaults import DEFAULT_MAX_LENGTH
 from .encoders.embedder import encode_texts, to_output, validate_texts
+from .encoders.encode_options import EncodeOverrides, split_overrides
 from .encoders.inspect_tokens import SoftTokenStep, inspect_soft_tokens
 from .encoders.instructions import DEFAULT_QUERY_INSTRUCTION, check_prompts, default_prompts, resolve_instruction
-from .encoders.methods import (
-    DEFAULT_MAX_STEPS,
-    DEFAULT_METHOD,
-    DEFAULT_STEPS,
-    DEFAULT_TAU,
-    SOFT_TOKEN_METHOD,
-    method_rules,
-)
+from .encoders.methods import DEFAULT_METHOD, DEFAULT_STEPS, DEFAULT_TAU, SOFT_TOKEN_METHOD, method_rules
 from .encoders.quantize import check_precision
-from .encoders.settings import EmbedSettings
+from .encoders.settings import EmbedSettings, override_fields
 from .encoders.similarity import check_similarity_fn
+from .models.trained_for import TrainedFor, warn_if_untrained
 
 if TYPE_CHECKING:
-    from typing import Unpack
-
     from .generation.rerank import RerankOptions, RerankResult
     from .generation.sampling import SamplingKwargs, SamplingOptions
 
@@ -46,11 +39,13 @@ class GenerativeEmbedder:
     ``SentenceTransformer`` runs on it.
 
     Attributes:
-        method, steps, attention, prompt_format, tau, center: the defaults ``encode`` uses (saved by
-            :meth:`save`).
-        prompts: named instructions, ``{"query": ..., "document": "", "classification": None,
-            "clustering": None}`` by default (:mod:`genembed.encoders.instructions`); ``None`` means
-            "the caller's instruction". ``encode(prompt_name="query")`` uses ``prompts["query"]``.
+        method, steps, attention, prompt_format, tau, max_length, center: the settings ``encode`` uses
+            unless a call says otherwise: what ``genembed.load(...)`` takes by these names and
+            :meth:`save` stores (checked by :meth:`check_settings`). ``pooling`` (read-only) follows
+            from ``method``.
+        prompts: named instructions, :data:`genembed.encoders.instructions.NAMED_INSTRUCTIONS` by
+            default (``query``, ``document``, ``classification``, ``clustering``, ``text-matching``);
+            ``None`` means "the caller's instruction". ``encode(prompt_name="query")`` uses ``prompts["query"]``.
         default_prompt_name: the prompt ``encode`` uses when given no instruction (None: none).
         similarity_fn_name: ``"cosine"`` (default), ``"dot"``, ``"euclidean"`` or ``"manhattan"``.
         truncate_dim: keep only the first ``truncate_dim`` dimensions of every embedding (None: all).
@@ -78,6 +73,7 @@ class GenerativeEmbedder:
         default_prompt_name: str | None = None,
         similarity_fn_name: str = "cosine",
         truncate_dim: int | None = None,
+        max_length: int = DEFAULT_MAX_LENGTH,
     ):
         self.backbone = backbone
         self.tau = tau
@@ -91,16 +87,44 @@ class GenerativeEmbedder:
         self.generation_adapter_name: str | None = None  # that adapter's name and folder, when loaded
         self.generation_adapter_path: str | None = None
         self.generation_adapter = False
-        EmbedSettings.build(method=method, steps=steps, attention=attention, prompt_format=prompt_format, tau=tau)
         self.method, self.steps, self.attention, self.prompt_format = method, steps, attention, prompt_format
+        self.max_length = max_length
         self.prompts = check_prompts(default_prompts() if prompts is None else prompts)
         self.default_prompt_name = default_prompt_name
         self.similarity_fn_name = similarity_fn_name
         self.truncate_dim = truncate_dim
+        self.check_settings()
         # what the adapter was trained for (its saved training config; None: unknown or no adapter) and
-        # where it lives; load() sets both (genembed.adapter_info)
+        # where it lives; load() sets both (genembed.models.trained_for)
         self.trained_for: TrainedFor | None = None
         self.adapter_path: str | None = None
+
+    def check_settings(self) -> EmbedSettings:
+        """Check the settings the model holds (they are plain attributes: ``model.method = "mean"``); return
+        the :class:`~genembed.encoders.settings.EmbedSettings` they give. :meth:`save` calls it before
+        writing anything.
+
+        Raises:
+            ValueError: a bad setting (the message names it and, for a name, the valid choices).
+            TypeError: ``prompts`` is not a dict of strings to strings or None.
+        """
+        settings = self.embed_settings()
+        if not isinstance(self.center, bool):
+            raise ValueError(f"center must be True or False, got {self.center!r}")
+        _check_truncate_dim(self.truncate_dim)
+        prompts = check_prompts(self.prompts)
+        if self.default_prompt_name is not None and self.default_prompt_name not in prompts:
+            raise ValueError(
+                f"default_prompt_name {self.default_prompt_name!r} is not in this model's prompts {sorted(prompts)}"
+            )
+        check_similarity_fn(self.similarity_fn_name)
+        return settings
+
+    @property
+    def pooling(self) -> str:
+        """How the model's method pools (``soft_tokens``, ``mean`` or ``last``; :mod:`genembed.encoders.methods`):
+        not a setting of its own, it follows from :attr:`method`."""
+        return method_rules(self.method).pooling
 
     @property
     def name(self) -> str:
@@ -159,68 +183,68 @@ class GenerativeEmbedder:
         self,
         texts: str | list[str],
         *,
-        instruction: str | None = None,
-        prompt: str | None = None,
         prompt_name: str | None = None,
-        steps: int | str | None = None,
-        method: str | None = None,
-        attention: str | None = None,
-        prompt_format: str | None = None,
-        tau: float | None = None,
-        batch_size: int = 32,
-        normalize: bool | None = None,
-        normalize_embeddings: bool | None = None,
-        max_length: int = 512,
+        prompt: str | None = None,
+        batch_size: int | None = None,
         show_progress_bar: bool | None = None,
+        precision: str = "float32",
         convert_to_numpy: bool = True,
         convert_to_tensor: bool = False,
-        precision: str = "float32",
-        truncate_dim: int | None = None,
         device: str | None = None,
+        normalize_embeddings: bool | None = None,
+        truncate_dim: int | None = None,
+        settings: EmbedSettings | None = None,
         return_all_steps: bool = False,
-        max_steps: int = DEFAULT_MAX_STEPS,
-        stop_tol: float = 0.999,
         return_steps_used: bool = False,
-        center: bool | None = None,
+        **overrides: Unpack[EncodeOverrides],
     ) -> Any:
         """Embed texts.
 
+        The keywords are sentence-transformers' (``SentenceTransformer.encode`` code runs unchanged); the
+        model's settings (``steps``, ``method``, ``center``, ...) are changed for one call by keyword
+        (:class:`~genembed.encoders.encode_options.EncodeOverrides`) or replaced by ``settings``.
+
         Args:
             texts: one string (gives one vector) or a list (gives an ``(n, dim)`` array).
-            instruction: what the embedding should capture, e.g. "Classify the emotion of the text".
-                "" for none. None: ``prompt``, else ``prompts[prompt_name]``, else
-                ``prompts[default_prompt_name]``, else none.
-            prompt: sentence-transformers' name for ``instruction`` (give one of the two).
             prompt_name: a key of ``model.prompts``, e.g. ``"query"``; an explicit instruction wins.
-            steps: GIRCSE soft tokens K (None: ``model.steps``, ``DEFAULT_STEPS`` by default), or ``"auto"`` to stop
-                each text when ``cos(z_k, z_{k-1}) > stop_tol`` (at most ``max_steps``). Ignored by
-                single-pass methods.
-            method: one of :data:`genembed.encoders.methods.METHODS` (None: ``model.method``).
-            attention: ``"causal"`` (default) or ``"bidirectional"``; some methods fix it (GRIT is
-                always bidirectional; see :mod:`genembed.encoders.methods`).
-            prompt_format: ``"chat"``, ``"plain"``, ``"gircse"`` (the official GIRCSE code's) or
-                ``"gritlm"`` (GritLM's); None: the model's, else the method's own (chat for GIRCSE, plain
-                otherwise); see :mod:`genembed.encoders.prompts`.
-            tau: GIRCSE soft-token softmax temperature (None: ``model.tau``, 1.0 unless loaded otherwise).
-            batch_size: texts per forward pass (texts are sorted by length first).
-            normalize: L2-normalize the embeddings (default True).
-            normalize_embeddings: sentence-transformers' name for ``normalize``.
-            max_length: tokens per prompt; longer texts are cut from the end (the instruction is kept).
+            prompt: the instruction, what the embedding should capture, e.g. "Classify the emotion of the
+                text" (``instruction=`` is the same keyword). "" for none. None: ``prompts[prompt_name]``,
+                else ``prompts[default_prompt_name]``, else none.
+            batch_size: texts per forward pass (texts are sorted by length first). None: the settings'
+                (``DEFAULT_BATCH_SIZE``, 32).
             show_progress_bar: None shows one for more than 8 batches.
-            convert_to_numpy: numpy arrays (default) or, when False, one torch tensor.
-            convert_to_tensor: one torch tensor (wins over ``convert_to_numpy``).
             precision: ``"float32"``, ``"int8"``, ``"uint8"``, ``"binary"`` or ``"ubinary"``, as
                 sentence-transformers' ``quantize_embeddings`` makes them (:mod:`genembed.encoders.quantize`;
                 int8/uint8 ranges come from the texts of this call, so they need two or more).
+            convert_to_numpy: numpy arrays (default) or, when False, one torch tensor.
+            convert_to_tensor: one torch tensor (wins over ``convert_to_numpy``).
+            device: move the model to this device first (``"auto"``, ``"cpu"``, ``"cuda:0"``, ...); it stays there.
+            normalize_embeddings: L2-normalize the embeddings (default True; ``normalize=`` is the same keyword).
             truncate_dim: keep the first ``truncate_dim`` dimensions (None: ``model.truncate_dim``),
                 normalised after truncation when normalising.
-            device: move the model to this device first (``"auto"``, ``"cpu"``, ``"cuda:0"``, ...); it stays there.
+            settings: embed with these :class:`~genembed.encoders.settings.EmbedSettings` instead of the
+                model's own (the keywords below still change them).
             return_all_steps: GIRCSE only: ``(n, K, dim)`` holding ``z_1..z_K`` from one run.
             return_steps_used: with ``steps="auto"``, also return the steps each text used.
+            **overrides: settings for this call, None or absent meaning the model's own
+                (:meth:`embed_settings` resolves them; :data:`~genembed.encoders.encode_options.ALIASES`
+                lists the two spellings):
+            steps: GIRCSE soft tokens K (``model.steps``, ``DEFAULT_STEPS`` by default), or ``"auto"`` to stop
+                each text when ``cos(z_k, z_{k-1}) > stop_tol`` (at most ``max_steps``). Ignored by
+                single-pass methods.
+            method: one of :data:`genembed.encoders.methods.METHODS`.
+            attention: ``"causal"`` (default) or ``"bidirectional"``; some methods fix it (GRIT is
+                always bidirectional; see :mod:`genembed.encoders.methods`).
+            prompt_format: ``"chat"``, ``"plain"``, ``"gircse"`` (the official GIRCSE code's) or
+                ``"gritlm"`` (GritLM's); default: the model's, else the method's own (chat for GIRCSE,
+                plain otherwise); see :mod:`genembed.encoders.prompts`.
+            tau: GIRCSE soft-token softmax temperature (``model.tau``, 1.0 unless loaded otherwise).
+            max_length: tokens per prompt (``model.max_length``, 512); longer texts are cut from the end
+                (the instruction is kept).
             center: subtract the instruction's center, the mean embedding of the bundled calibration
                 texts made with the same instruction and settings (:mod:`genembed.encoders.centering`:
                 stored with the model for its named instructions, else cached in memory and on disk,
-                else computed by encoding those 64 texts once). None: ``model.center``
+                else computed by encoding those 64 texts once). Default ``model.center``
                 (on for the shipped adapter). With ``normalize=False`` the result is
                 ``normalize(z) - center``.
 
@@ -228,41 +252,30 @@ class GenerativeEmbedder:
             ``(n, dim)`` embeddings (``(dim,)`` for one string), or ``(embeddings, steps_used)``.
 
         Raises:
-            TypeError: an item of ``texts`` is not a string (the message names its index).
+            TypeError: an item of ``texts`` is not a string (the message names its index), or an unknown
+                keyword (the message lists the settings).
             ValueError: a bad ``steps``, ``method``, ``attention``, ``prompt_name``, ``precision`` or
-                other setting.
+                other setting, or two spellings of one keyword that disagree.
 
         Warns:
             UntrainedAdapterWarning: the loaded adapter was trained for another method or attention
-                (read from its saved training config; see :mod:`genembed.adapter_info`).
+                (read from its saved training config; see :mod:`genembed.models.trained_for`).
         """
+        keywords, changes = split_overrides(overrides, prompt=prompt, normalize_embeddings=normalize_embeddings)
+        center = changes.pop("center", None)
         instruction = resolve_instruction(
             self.prompts,
-            instruction=instruction,
-            prompt=prompt,
+            prompt=keywords["prompt"],
             prompt_name=prompt_name,
             default_prompt_name=self.default_prompt_name,
         )
-        normalize = _one_flag("normalize", normalize, "normalize_embeddings", normalize_embeddings, default=True)
-        settings = self.embed_settings(
-            method=method,
-            steps=steps,
-            attention=attention,
-            prompt_format=prompt_format,
-            max_steps=max_steps,
-            stop_tol=stop_tol,
-            tau=self.tau if tau is None else tau,
-            max_length=max_length,
-            batch_size=batch_size,
-        )
+        normalize = True if keywords["normalize_embeddings"] is None else bool(keywords["normalize_embeddings"])
+        changes["batch_size"] = batch_size
+        settings = self.embed_settings(**changes) if settings is None else settings.override(**changes)
         method = settings.method
         warn_if_untrained(self.trained_for, self.adapter, settings.method, settings.attention)
         check_precision(precision)
-        truncate_dim = self.truncate_dim if truncate_dim is None else truncate_dim
-        if truncate_dim is not None and (
-            isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int) or truncate_dim < 1
-        ):
-            raise ValueError(f"truncate_dim must be a positive int or None, got {truncate_dim!r}")
+        truncate_dim = _check_truncate_dim(self.truncate_dim if truncate_dim is None else truncate_dim)
         if return_all_steps and (not method_rules(method).uses_steps or settings.adaptive):
             raise ValueError(f"return_all_steps needs method={SOFT_TOKEN_METHOD!r} and a fixed number of steps")
         if return_all_steps and precision != "float32":
@@ -299,51 +312,27 @@ class GenerativeEmbedder:
             return out, (used_out[0] if single else used_out)
         return out
 
-    def embed_settings(
-        self,
-        *,
-        method: str | None = None,
-        steps: int | str | None = None,
-        attention: str | None = None,
-        prompt_format: str | None = None,
-        **fields: Any,
-    ) -> EmbedSettings:
+    def embed_settings(self, **changes: Any) -> EmbedSettings:
         """The settings :meth:`encode` embeds with: the model's own (``method``, ``steps``, ``attention``,
-        ``prompt_format``, ``tau``, as :meth:`save` records them), each replaced by the one given.
+        ``prompt_format``, ``tau``, ``max_length``, as :meth:`save` records them), changed by ``changes``
+        (:func:`~genembed.encoders.settings.override_fields`: None keeps the model's; another method
+        brings its own attention and prompt format, the model's belonging to its own method).
 
         Every path that embeds with a loaded model (the CLI's ``encode``, ``index build``, ``eval``,
         ``serve``, ``mine-negatives``) builds its settings here, so a saved model's settings hold
         unless an option says otherwise.
 
         Args:
-            method: None: ``model.method``. Another method brings its own attention and prompt format
-                defaults (the model's belong to its own method).
-            steps: None: ``model.steps``; ``"auto"`` for adaptive steps (capped by ``max_steps``).
-            attention, prompt_format: None: the model's (with its own method), else the method's.
-            **fields: further :class:`~genembed.encoders.settings.EmbedSettings` fields (``max_length``,
-                ``batch_size``, ``max_steps``, ...); ``tau`` defaults to ``model.tau``.
+            **changes: :class:`~genembed.encoders.settings.EmbedSettings` fields (``method``, ``steps``
+                or ``"auto"``, ``max_length``, ``batch_size``, ...) and ``max_steps`` (the cap of
+                ``steps="auto"``).
 
         Raises:
             ValueError: a bad setting (the message names it).
         """
-        if method is None or method == self.method:
-            method = self.method
-            attention = self.attention if attention is None else attention
-        fields.setdefault("tau", self.tau)
-        return EmbedSettings.build(
-            method=method,
-            steps=self.steps if steps is None else steps,
-            attention=attention,
-            prompt_format=self.prompt_format_for(method, prompt_format),
-            **fields,
-        )
-
-    def prompt_format_for(self, method: str | None = None, prompt_format: str | None = None) -> str:
-        """The prompt format ``encode(method=..., prompt_format=...)`` uses: the one asked for, else the
-        model's own when ``method`` is the model's (None), else the method's default."""
-        method = method or self.method
-        own = self.prompt_format if method == self.method else None
-        return prompt_format or own or method_rules(method).prompt_format
+        own = {"method": self.method, "steps": self.steps, "attention": self.attention}
+        own |= {"prompt_format": self.prompt_format, "tau": self.tau, "max_length": self.max_length}
+        return EmbedSettings.build(**override_fields(own, changes))
 
     def encode_query(self, texts: str | list[str], **kwargs: Any) -> Any:
         """:meth:`encode` with ``prompt_name="query"`` (:data:`DEFAULT_QUERY_INSTRUCTION` unless
@@ -380,7 +369,8 @@ class GenerativeEmbedder:
         Writes the LoRA adapter (when there is one) with its training config, ``genembed.json``
         (method, steps, tau, prompt format, centering, prompts, backbone), a model card (``README.md``)
         and, with centering on, ``centers.safetensors`` (the named instructions' centers, computed now
-        if not yet known), atomically, with no absolute path of this machine; see :mod:`genembed.saving`.
+        if not yet known), atomically, with no absolute path of this machine; see :mod:`genembed.models.save`.
+        The settings are checked first (:meth:`check_settings`): an invalid one writes nothing.
 
         Args:
             folder: the folder to write (replaced if it holds an earlier save).
@@ -391,8 +381,11 @@ class GenerativeEmbedder:
 
         Returns:
             The folder.
+
+        Raises:
+            ValueError: a bad setting (nothing is written), or ``folder`` holds something else.
         """
-        from .saving import save_model
+        from .models.save import save_model
 
         return save_model(self, folder, save_backbone=save_backbone, scores=scores)
 
@@ -475,7 +468,7 @@ class GenerativeEmbedder:
             instruction: task description opening the prompt, e.g. "Given a scientific claim, retrieve
                 documents that support or refute the claim." (default: a generic relevance instruction).
             batch_size: documents per forward pass (default 8).
-            max_length: document tokens kept (default 512).
+            max_length: document tokens kept (default ``DEFAULT_MAX_LENGTH``, 512).
             scoring: ``"query_likelihood"`` (default) or ``"yes_no"`` (above).
 
         Returns:
@@ -519,12 +512,13 @@ class GenerativeEmbedder:
         return f"GenerativeEmbedder({self.name!r}, dim={self.dim}, device={self.device}{centered})"
 
 
-def _one_flag(name: str, value: bool | None, alias: str, alias_value: bool | None, *, default: bool) -> bool:
-    """A setting that has a genembed name and a sentence-transformers name; both given must agree."""
-    if value is not None and alias_value is not None and bool(value) != bool(alias_value):
-        raise ValueError(f"{name}={value} and {alias}={alias_value} disagree; give one of them")
-    chosen = value if value is not None else alias_value
-    return default if chosen is None else bool(chosen)
+def _check_truncate_dim(truncate_dim: Any) -> int | None:
+    """``truncate_dim`` when it is a positive int or None; ValueError otherwise."""
+    if truncate_dim is not None and (
+        isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int) or truncate_dim < 1
+    ):
+        raise ValueError(f"truncate_dim must be a positive int or None, got {truncate_dim!r}")
+    return truncate_dim
 
 
 def _named_side(kwargs: dict[str, Any], prompts: dict[str, str | None], names: tuple[str, ...]) -> dict[str, Any]:

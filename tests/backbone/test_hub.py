@@ -144,7 +144,7 @@ def test_the_bundled_default_never_asks_the_hub(tiny_folder, monkeypatch):
     even a cache lookup goes through huggingface_hub."""
     import huggingface_hub
 
-    import genembed.loading as loading
+    import genembed.models.load as loading
 
     def refuse(*args, **kwargs):
         raise AssertionError(f"the hub was asked: {args} {kwargs}")

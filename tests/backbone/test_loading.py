@@ -39,7 +39,7 @@ def test_bad_dtype():
 
 
 def test_missing_adapter_folder(tmp_path, tiny, monkeypatch):
-    from genembed.loading import attach_adapter
+    from genembed.models.adapters import attach_adapter
 
     with pytest.raises(MissingModelError, match="adapter_config.json"):
         attach_adapter(tiny, tmp_path)
@@ -69,7 +69,7 @@ def test_hf_folder_round_trip(tmp_path, tiny):
 def test_the_shipped_adapter_is_the_default_of_the_default_model_only(tmp_path, tiny, monkeypatch):
     from peft import LoraConfig, get_peft_model
 
-    import genembed.loading as loading
+    import genembed.models.load as loading
     from genembed.cli._common import load_model
 
     folder, adapter = tmp_path / "tiny", tmp_path / "shipped"
@@ -94,7 +94,7 @@ def test_the_shipped_adapter_is_the_default_of_the_default_model_only(tmp_path, 
 
 
 def test_the_shipped_adapter_is_in_the_package_and_small():
-    from genembed.loading import DEFAULT_ADAPTER, default_adapter
+    from genembed.models.adapters import DEFAULT_ADAPTER, default_adapter
 
     assert default_adapter() == DEFAULT_ADAPTER, "src/genembed/adapters/ holds no default adapter"
     size = sum(f.stat().st_size for f in DEFAULT_ADAPTER.iterdir())
@@ -151,7 +151,7 @@ def test_a_damaged_adapter_names_its_file(tmp_path, tiny, file, how, match):
     from peft import LoraConfig, get_peft_model
 
     from genembed._files import DamagedFileError
-    from genembed.loading import attach_adapter
+    from genembed.models.adapters import attach_adapter
     from genembed.training.lora import continue_lora
 
     adapter = tmp_path / "adapter"

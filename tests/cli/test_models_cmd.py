@@ -11,7 +11,7 @@ import time
 from typer.testing import CliRunner
 
 from genembed.cli.app import app
-from genembed.published import PUBLISHED
+from genembed.models.published import PUBLISHED
 
 runner = CliRunner()
 

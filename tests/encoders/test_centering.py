@@ -112,13 +112,14 @@ def test_apply_center_keeps_empty_input():
 
 def test_load_centers_with_the_shipped_adapter_and_adapters_that_store_centers(tiny, monkeypatch, tmp_path):
     import genembed
-    from genembed import loading
+    from genembed.models import adapters, assemble
+    from genembed.models import load as loading
 
     monkeypatch.setattr(loading, "load_backbone", lambda *a, **k: tiny)
-    monkeypatch.setattr(loading, "attach_adapter", lambda backbone, path: None)
-    monkeypatch.setattr(loading, "default_adapter", lambda: loading.DEFAULT_ADAPTER)
+    monkeypatch.setattr(assemble, "attach_adapter", lambda backbone, path: None)
+    monkeypatch.setattr(loading, "default_adapter", lambda: adapters.DEFAULT_ADAPTER)
     assert genembed.load().center is True
-    assert genembed.load(adapter=loading.DEFAULT_ADAPTER).center is True
+    assert genembed.load(adapter=adapters.DEFAULT_ADAPTER).center is True
     assert genembed.load(center=False).center is False
     assert genembed.load(adapter=False).center is False
     assert genembed.load(adapter=tmp_path).center is False

@@ -60,3 +60,14 @@ def test_the_core_pools_every_single_pass_pooling(tiny):
         pytest.raises(ValueError, match=r"single-pass pooling must be one of \('mean', 'last'\), got 'max'"),
     ):
         embed_prepared(tiny.model, batch, settings)
+
+
+def test_pooling_names_a_method_and_must_agree_with_one_given():
+    from genembed.encoders.methods import method_for_pooling
+
+    assert [method_for_pooling(p) for p in ("soft_tokens", "mean", "last")] == ["gircse", "mean", "last"]
+    assert method_for_pooling(None, "grit") == "grit" and method_for_pooling("mean", "grit") == "grit"
+    with pytest.raises(ValueError, match=r"pooling must be one of"):
+        method_for_pooling("cls")
+    with pytest.raises(ValueError, match=r"method 'last' pools by 'last', not 'mean'"):
+        method_for_pooling("mean", "last")

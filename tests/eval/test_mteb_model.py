@@ -176,7 +176,7 @@ def test_a_published_gritlm_checkpoint_uses_its_query_and_document_instructions_
 
 
 def test_each_published_model_has_its_authors_instruction_for_every_task_of_its_benchmark():
-    from genembed.published import PUBLISHED
+    from genembed.models.published import PUBLISHED
 
     for entry in PUBLISHED.values():
         names = [task.metadata.name for task in mteb.get_benchmark(entry.benchmark).tasks]

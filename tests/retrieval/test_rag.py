@@ -7,12 +7,12 @@ import json
 import pytest
 import torch
 
-from genembed.adapter_info import TrainedFor
 from genembed.backbone.attention import run_decoder
 from genembed.encoders.settings import EmbedSettings
 from genembed.generation.adapters import GENERATION_ADAPTER, adapter_mode, attach_generation_adapter
 from genembed.generation.decoding import decode_stream
 from genembed.model import GenerativeEmbedder
+from genembed.models.trained_for import TrainedFor
 from genembed.retrieval import index_build, rag
 from genembed.retrieval.context import Context, Segment, assemble, fresh_input, mode_layout
 from genembed.retrieval.faiss_store import MANIFEST, FaissStore

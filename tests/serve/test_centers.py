@@ -54,11 +54,12 @@ def test_centers_stored_with_the_model_are_not_computed_at_start(_tiny_backbone,
     loaded = genembed.load(model.save(tmp_path / "saved"))
     app = create_app(loaded, ServeSettings())
     with TestClient(app) as client:
-        # stored: query, document, classification, clustering; the server's text-matching is computed
-        assert center_cache(loaded.backbone).computed == 1
+        # stored: every name the server answers (the model's prompts are the one table of named instructions)
+        assert center_cache(loaded.backbone).computed == 0
         _embed(client, input_type="clustering")
         _embed(client, input_type="search_query")
-        assert center_cache(loaded.backbone).computed == 1
+        _embed(client, task="text-matching")
+        assert center_cache(loaded.backbone).computed == 0
 
 
 def test_other_instructions_are_bounded_and_cannot_push_out_the_named_ones(_tiny_backbone):

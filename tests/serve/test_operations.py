@@ -86,13 +86,14 @@ def _wait_for(condition, timeout: float = 10.0) -> None:
 
 def test_info_describes_the_served_model(served):
     import genembed
-    from genembed.serve.instructions import DEFAULT_INSTRUCTIONS, INPUT_TYPES, TASKS
+    from genembed.encoders.instructions import NAMED_INSTRUCTIONS
+    from genembed.serve.instructions import INPUT_TYPES, TASKS
 
     info = httpx.get(served.url + "/info").json()
     assert info["model"] == served.reference.name and info["version"] == genembed.__version__
     assert info["dimension"] == served.reference.dim
     assert (info["method"], info["default_steps"], info["max_steps"]) == ("gircse", 5, 20)
-    assert info["instructions"] == DEFAULT_INSTRUCTIONS
+    assert info["instructions"] == NAMED_INSTRUCTIONS
     assert info["input_types"] == INPUT_TYPES and info["tasks"] == TASKS
     assert info["token_encoding"] == "model" and info["default_rerank_scoring"] == "query_likelihood"
     assert set(info["rerank_scorings"]) == {"query_likelihood", "yes_no"}

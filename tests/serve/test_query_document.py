@@ -13,8 +13,8 @@ import httpx
 import numpy as np
 import pytest
 
+from genembed.encoders.instructions import NAMED_INSTRUCTIONS
 from genembed.model import DEFAULT_QUERY_INSTRUCTION
-from genembed.serve.instructions import DEFAULT_INSTRUCTIONS
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +44,7 @@ def _embed(url: str, **body) -> np.ndarray:
 )
 def test_each_side_embeds_with_its_named_instruction(served, field, value, name):
     got = _embed(served.url, input=TEXTS, **{field: value})
-    expected = served.reference.encode(TEXTS, instruction=DEFAULT_INSTRUCTIONS[name])
+    expected = served.reference.encode(TEXTS, instruction=NAMED_INSTRUCTIONS[name])
     np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
@@ -53,7 +53,7 @@ def test_query_and_document_sides_match_encode_query_and_encode_document(served)
     np.testing.assert_allclose(query, served.reference.encode_query(TEXTS), atol=1e-5)
     document = _embed(served.url, input=TEXTS, task="retrieval.passage")
     np.testing.assert_allclose(document, served.reference.encode_document(TEXTS), atol=1e-5)
-    assert DEFAULT_INSTRUCTIONS["query"] == DEFAULT_QUERY_INSTRUCTION
+    assert NAMED_INSTRUCTIONS["query"] == DEFAULT_QUERY_INSTRUCTION
     assert np.abs(query - document).max() > 1e-3  # the sides differ
 
 
@@ -215,11 +215,12 @@ def test_unknown_token_encoding_is_a_clear_error(_tiny_backbone):
 def test_a_model_prompt_of_none_keeps_the_servers_named_instruction():
     from types import SimpleNamespace
 
-    from genembed.serve.instructions import DEFAULT_INSTRUCTIONS, named_instructions
+    from genembed.encoders.instructions import NAMED_INSTRUCTIONS
+    from genembed.serve.instructions import named_instructions
 
     # the facade's prompts use None for "the caller's instruction": it must not become the text "None"
     model = SimpleNamespace(prompts={"query": "Q?", "classification": None, "clustering": None})
     table = named_instructions(model)
     assert table["query"] == "Q?"
-    assert table["classification"] == DEFAULT_INSTRUCTIONS["classification"] != "None"
-    assert table["clustering"] == DEFAULT_INSTRUCTIONS["clustering"]
+    assert table["classification"] == NAMED_INSTRUCTIONS["classification"] != "None"
+    assert table["clustering"] == NAMED_INSTRUCTIONS["clustering"]

@@ -26,9 +26,9 @@ def _inputs(tokenizer, fmt="chat"):
     return q, d, batch.label_tensor()
 
 
-def _loss_and_grads(model, tokenizer, settings, loss=None):
+def _loss_and_grads(model, tokenizer, settings, loss=None, checkpoint_chunk=0):
     q, d, labels = _inputs(tokenizer)
-    objective = Objective(model, settings, loss or ICRLoss(0.05, 1.0))
+    objective = Objective(model, settings, loss or ICRLoss(0.05, 1.0), checkpoint_chunk=checkpoint_chunk)
     model.zero_grad(set_to_none=True)
     out = objective(q, d, labels)
     out["objective"].backward()
@@ -57,7 +57,7 @@ def test_kv_cached_training_equals_recompute(tiny, lora):
 def test_gradient_checkpointing_gives_the_same_loss_and_gradients(tiny):
     model = make_trainable(tiny.model, lora=False)
     plain = _loss_and_grads(model, tiny.tokenizer, EmbedSettings(steps=3))
-    chunked = _loss_and_grads(model, tiny.tokenizer, EmbedSettings(steps=3, checkpoint_chunk=2))
+    chunked = _loss_and_grads(model, tiny.tokenizer, EmbedSettings(steps=3), checkpoint_chunk=2)
     assert chunked[0] == pytest.approx(plain[0], rel=1e-5)
     for name, grad in plain[1].items():
         torch.testing.assert_close(chunked[1][name], grad, rtol=1e-4, atol=1e-4 * grad.abs().max().item())
@@ -71,8 +71,8 @@ def test_shared_instruction_prefixes_give_the_same_loss_and_gradients(tiny, chun
         for name, p in model.named_parameters():
             if "lora_B" in name:
                 p.normal_(0, 0.05)
-    plain = _loss_and_grads(model, tiny.tokenizer, EmbedSettings(steps=3, checkpoint_chunk=chunk))
-    shared = _loss_and_grads(model, tiny.tokenizer, EmbedSettings(steps=3, checkpoint_chunk=chunk, share_prefix=True))
+    plain = _loss_and_grads(model, tiny.tokenizer, EmbedSettings(steps=3), checkpoint_chunk=chunk)
+    shared = _loss_and_grads(model, tiny.tokenizer, EmbedSettings(steps=3, share_prefix=True), checkpoint_chunk=chunk)
     assert shared[0] == pytest.approx(plain[0], rel=1e-5)
     for name, grad in plain[1].items():
         assert grad.abs().sum() > 0, name

@@ -13,6 +13,7 @@ import yaml
 import genembed
 from genembed.backbone import Backbone
 from genembed.encoders.settings import EmbedSettings
+from genembed.models.adapters import DEFAULT_ADAPTER, trained_for_generation
 from genembed.training import ConfigError, DataError, train
 from genembed.training.data import ContrastiveStream, FileSpec
 from genembed.training.forward import tokenize_texts
@@ -84,17 +85,17 @@ def test_a_jointly_trained_adapter_also_generates_an_embedding_only_one_does_not
     )
     train(run_config(tmp_path / "embed", tiny_folder, train={"max_steps": 1}))
     joint = genembed.load(tiny_folder, adapter=tmp_path / "joint")
-    assert joint.generation_adapter is True and genembed.loading.trained_for_generation(tmp_path / "joint")
+    assert joint.generation_adapter is True and trained_for_generation(tmp_path / "joint")
     assert genembed.load(tiny_folder, adapter=tmp_path / "embed").generation_adapter is False
     assert genembed.load(tiny_folder).generation_adapter is False
     # the shipped GIRCSE adapter was trained for embeddings only: chat keeps the base weights
-    assert not genembed.loading.trained_for_generation(genembed.loading.DEFAULT_ADAPTER)
+    assert not trained_for_generation(DEFAULT_ADAPTER)
     # a weight of 0 turns the next-token loss off
     saved = tmp_path / "joint" / "genembed_train.yaml"
     config = yaml.safe_load(saved.read_text())
     config["generative"]["weight"] = 0.0
     saved.write_text(yaml.safe_dump(config))
-    assert not genembed.loading.trained_for_generation(tmp_path / "joint")
+    assert not trained_for_generation(tmp_path / "joint")
 
 
 def test_full_fine_tuning_saves_a_loadable_model(tmp_path, tiny_folder, run_config):
@@ -338,7 +339,7 @@ def _native_bf16(monkeypatch, native: bool) -> None:
 
 @pytest.mark.parametrize("native", [True, False])
 def test_auto_precision_is_bf16_only_where_the_cpu_computes_it_natively(monkeypatch, native):
-    from genembed.training.setup import training_precision
+    from genembed.training.run import training_precision
 
     _native_bf16(monkeypatch, native)
     assert training_precision("auto", "cpu") == ("bf16" if native else "fp32")

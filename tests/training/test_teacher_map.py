@@ -22,5 +22,5 @@ def test_a_saved_map_is_continued_and_a_missing_or_mismatched_one_starts_fresh(t
     before = other.map.weight.clone()
     with caplog.at_level(logging.WARNING):
         assert not load_teacher_map(other, tmp_path)
-    assert "holds a map of shape (4, 6), not (5, 6)" in caplog.text
+    assert "holds a map.weight of shape (4, 6), not (5, 6)" in caplog.text
     torch.testing.assert_close(other.map.weight, before)

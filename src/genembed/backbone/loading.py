@@ -34,7 +34,7 @@ class Backbone:
     name: str
     path: str | None = None
     # what loads these weights again: a hub id, an absolute path, BUNDLED for the bundled default, or
-    # None for a model built in memory (genembed.saving writes it into genembed.json)
+    # None for a model built in memory (genembed.models.save writes it into genembed.json)
     source: str | None = None
 
 

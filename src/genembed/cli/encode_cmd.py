@@ -13,6 +13,8 @@ from typing import Annotated
 
 import typer
 
+from genembed.encoders.defaults import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH
+
 from ._common import (
     AdapterOpt,
     AttentionOpt,
@@ -45,8 +47,15 @@ def encode(
     instruction: InstructionOpt = "",
     attention: AttentionOpt = None,
     prompt_format: PromptFormatOpt = None,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="texts per forward pass")] = 32,
-    max_length: Annotated[int, typer.Option("--max-length", min=1, help="tokens per text (cut from the end)")] = 512,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="texts per forward pass")] = DEFAULT_BATCH_SIZE,
+    max_length: Annotated[
+        int | None,
+        typer.Option(
+            "--max-length",
+            min=1,
+            help=f"tokens per text, cut from the end (default: the model's, {DEFAULT_MAX_LENGTH})",
+        ),
+    ] = None,
     shard_size: Annotated[int, typer.Option("--shard-size", min=1, help="records per output shard")] = 4096,
     text_field: Annotated[str, typer.Option("--text-field", help="field holding the text")] = "text",
     id_field: Annotated[str, typer.Option("--id-field", help="field holding the id (else the record number)")] = "id",

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from genembed.encoders.defaults import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH
+
 from ._common import (
     AdapterOpt,
     AttentionOpt,
@@ -41,8 +43,11 @@ def eval_tasks(
     ] = None,
     attention: AttentionOpt = None,
     prompt_format: PromptFormatOpt = None,
-    max_length: Annotated[int, typer.Option("--max-length", min=1, help="tokens per prompt")] = 512,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="texts per forward pass")] = 32,
+    max_length: Annotated[
+        int | None,
+        typer.Option("--max-length", min=1, help=f"tokens per prompt (default: the model's, {DEFAULT_MAX_LENGTH})"),
+    ] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="texts per forward pass")] = DEFAULT_BATCH_SIZE,
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="at most N rows per data file")] = None,
     rerank_top: Annotated[int | None, rerank_top_option("re-rank the top N of retrieval tasks generatively")] = None,
     cluster_starts: Annotated[
@@ -83,7 +88,7 @@ def eval_tasks(
         fail(str(exc))
     loaded = load_model(model, adapter, dtype, center, device, generator)
     # the model's own settings (model.save records them) unless an option says otherwise
-    own = model_settings(loaded, method=method, attention=attention, prompt_format=prompt_format)
+    own = model_settings(loaded, method=method, attention=attention, prompt_format=prompt_format, max_length=max_length)
     if steps is None and own.rules.uses_steps and not own.adaptive:
         steps = str(own.steps)
     used = _published_instructions(loaded, tasks) if not task_instructions else None
@@ -96,7 +101,7 @@ def eval_tasks(
             steps=steps,
             attention=own.attention,
             prompt_format=own.prompt_format,
-            max_length=max_length,
+            max_length=own.max_length,
             batch_size=batch_size,
         )
     except ValueError as exc:
@@ -136,7 +141,7 @@ def eval_tasks(
 def _published_instructions(loaded: object, tasks: list) -> tuple[list, dict] | None:
     """For a published checkpoint: the tasks with its authors' instructions and what each task now uses."""
     from genembed.eval.published_instructions import with_published_instructions
-    from genembed.published import published_for
+    from genembed.models.published import published_for
 
     entry = published_for(loaded)
     if entry is None:

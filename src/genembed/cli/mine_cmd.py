@@ -13,6 +13,8 @@ from typing import Annotated
 
 import typer
 
+from genembed.encoders.defaults import DEFAULT_BATCH_SIZE
+
 from ._common import (
     AdapterOpt,
     CenterOpt,
@@ -40,7 +42,7 @@ def mine_negatives(
     center: CenterOpt = None,
     method: MethodOpt = None,
     steps: StepsOpt = None,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="texts per forward pass")] = 32,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="texts per forward pass")] = DEFAULT_BATCH_SIZE,
     symmetric: Annotated[
         bool, typer.Option("--symmetric", help="documents carry the row's instruction (a symmetric training file)")
     ] = False,

@@ -14,7 +14,7 @@ def models(
 ) -> None:
     """List the models `genembed.load(ID)` / `--model ID` know: id, method, size and the memory their
     weights need per dtype (estimates from parameter counts), and whether they are in the local HF cache."""
-    from genembed.published import PUBLISHED
+    from genembed.models.published import PUBLISHED
 
     rows = [_bundled()] + [{**entry.describe(), "cached": _cached(entry)} for entry in PUBLISHED.values()]
     if as_json:

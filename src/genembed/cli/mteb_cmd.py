@@ -13,6 +13,8 @@ from typing import Annotated
 
 import typer
 
+from genembed.encoders.defaults import DEFAULT_BATCH_SIZE
+
 from ._common import AdapterOpt, DeviceOpt, DtypeOpt, ModelOpt, load_model
 
 
@@ -29,7 +31,7 @@ def mteb_eval(
     tasks: Annotated[
         str | None, typer.Option("--tasks", help="comma-separated MTEB task names (instead of a benchmark)")
     ] = None,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="texts per forward pass")] = 32,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="texts per forward pass")] = DEFAULT_BATCH_SIZE,
     out: Annotated[Path, typer.Option("--out", "-o", help="mteb's result folder")] = Path("mteb-results"),
     dtype: DtypeOpt = "auto",
     device: DeviceOpt = "auto",
@@ -43,7 +45,7 @@ def mteb_eval(
         from genembed.eval.mteb_model import GenembedMTEBModel
     except ImportError as exc:
         _fail(f'`genembed mteb` needs mteb: pip install "genembed[mteb]" ({exc})')
-    from genembed.published import published_for, published_model
+    from genembed.models.published import published_for, published_model
 
     entry = published_model(model)
     name = benchmark or (entry.benchmark if entry and not tasks else None)

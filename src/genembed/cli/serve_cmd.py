@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from genembed.encoders.defaults import DEFAULT_MAX_LENGTH
 from genembed.encoders.methods import DEFAULT_MAX_STEPS, DEFAULT_METHOD, DEFAULT_STEPS
 
 from ._common import (
@@ -55,7 +56,7 @@ def serve(
     prompt_format: PromptFormatOpt = None,
     max_steps: Annotated[int, _limit("highest steps a request may ask for")] = DEFAULT_MAX_STEPS,
     max_inputs: Annotated[int, _limit("texts per embeddings request / documents per rerank")] = 256,
-    max_input_tokens: Annotated[int, _limit("tokens per prompt (text + instruction + template)")] = 512,
+    max_input_tokens: Annotated[int, _limit("tokens per prompt (text + instruction + template)")] = DEFAULT_MAX_LENGTH,
     max_request_tokens: Annotated[int, _limit("prompt tokens per request")] = 32768,
     max_batch_tokens: Annotated[int, _limit("micro-batch token budget")] = 8192,
     max_batch_requests: Annotated[int, _limit("requests per micro-batch (1 = no batching)")] = 64,

@@ -14,6 +14,8 @@ from typing import Annotated
 
 import typer
 
+from genembed.encoders.defaults import DEFAULT_BATCH_SIZE
+
 from ._common import out_option
 
 
@@ -23,7 +25,9 @@ def teacher_targets(
         "all-mpnet-base-v2"
     ),
     out: Annotated[Path | None, out_option("targets root (default <genembed cache>/teacher-targets)")] = None,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="texts per teacher forward")] = 32,
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", min=1, help="texts per teacher forward")
+    ] = DEFAULT_BATCH_SIZE,
     chunk_size: Annotated[int, typer.Option("--chunk-size", min=1, help="texts per saved chunk")] = 2048,
     device: Annotated[str | None, typer.Option("--device", help="cpu or cuda (default: cuda if available)")] = None,
     max_length: Annotated[

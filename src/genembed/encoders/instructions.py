@@ -1,11 +1,10 @@
 """Named instructions (sentence-transformers' ``prompts``) and which instruction an encode call uses.
 
-A model carries ``prompts: dict[str, str | None]``, e.g. ``{"query": "Given a query, retrieve relevant
-passages.", "document": "", "classification": None, "clustering": None}``. In genembed a prompt is an
-*instruction*: it goes where ``instruction=`` goes, inside the prompt format
+A model carries ``prompts: dict[str, str | None]``, starting as :data:`NAMED_INSTRUCTIONS`. In genembed a
+prompt is an *instruction*: it goes where ``instruction=`` goes, inside the prompt format
 (:mod:`genembed.encoders.prompts`), not glued in front of the text. ``""`` means no instruction;
-``None`` means the task needs the caller's own instruction ("Classify the emotion of the text"), and
-without one the text is embedded with none.
+``None`` (a published checkpoint's classification and clustering) means the task needs the caller's own
+instruction ("Classify the emotion of the text"), and without one the text is embedded with none.
 """
 
 from __future__ import annotations
@@ -15,6 +14,7 @@ from collections.abc import Mapping
 __all__ = [
     "DEFAULT_QUERY_INSTRUCTION",
     "DEFAULT_RERANK_INSTRUCTION",
+    "NAMED_INSTRUCTIONS",
     "check_prompts",
     "default_prompts",
     "resolve_instruction",
@@ -26,10 +26,25 @@ DEFAULT_QUERY_INSTRUCTION = "Given a query, retrieve relevant passages."
 DEFAULT_RERANK_INSTRUCTION = "Judge whether the document is relevant to the query."
 
 
+# The one table of named instructions: the prompts a model starts with (encode(prompt_name=...),
+# encode_query/encode_document), the names a server answers (prompt_name, Cohere's input_type, Jina's task;
+# genembed.serve.instructions) and the instructions whose centers ship beside the bundled adapters
+# (experiments/make_centers.py computed centers.safetensors for exactly these). Change one and run
+# `make centers`.
+NAMED_INSTRUCTIONS: dict[str, str] = {
+    "query": DEFAULT_QUERY_INSTRUCTION,
+    "document": "",
+    "classification": "Classify the given text.",
+    "clustering": "Identify the main topic of the given text.",
+    "text-matching": "Retrieve semantically similar text.",
+}
+
+
 def default_prompts() -> dict[str, str | None]:
-    """The named instructions a model starts with: the query instruction the shipped adapter was
-    trained with, documents as they are, and classification/clustering left to the caller."""
-    return {"query": DEFAULT_QUERY_INSTRUCTION, "document": "", "classification": None, "clustering": None}
+    """The named instructions a model starts with: a copy of :data:`NAMED_INSTRUCTIONS` (the query
+    instruction the shipped adapter was trained with, documents as they are, and general instructions for
+    classification, clustering and text matching)."""
+    return dict(NAMED_INSTRUCTIONS)
 
 
 def check_prompts(prompts: Mapping[str, str | None]) -> dict[str, str | None]:
@@ -45,27 +60,21 @@ def check_prompts(prompts: Mapping[str, str | None]) -> dict[str, str | None]:
 def resolve_instruction(
     prompts: Mapping[str, str | None],
     *,
-    instruction: str | None = None,
     prompt: str | None = None,
     prompt_name: str | None = None,
     default_prompt_name: str | None = None,
 ) -> str:
     """The instruction one encode call uses.
 
-    ``instruction`` and ``prompt`` are two names for the same thing (genembed's and
-    sentence-transformers'). As in sentence-transformers, an explicit one wins over ``prompt_name``,
-    and ``default_prompt_name`` applies only when neither is given.
+    As in sentence-transformers, an explicit ``prompt`` (genembed's ``instruction``) wins over
+    ``prompt_name``, and ``default_prompt_name`` applies only when neither is given.
 
     Raises:
-        ValueError: ``instruction`` and ``prompt`` disagree, or ``prompt_name`` is not in ``prompts``
-            (the message lists the known names).
+        ValueError: ``prompt_name`` is not in ``prompts`` (the message lists the known names).
     """
-    if instruction is not None and prompt is not None and instruction != prompt:
-        raise ValueError(f"instruction={instruction!r} and prompt={prompt!r} disagree; give one of them")
     if prompt_name is not None and prompt_name not in prompts:
         raise ValueError(f"unknown prompt_name {prompt_name!r}; this model's prompts are {sorted(prompts)}")
-    explicit = instruction if instruction is not None else prompt
-    if explicit is not None:
-        return explicit
+    if prompt is not None:
+        return prompt
     name = prompt_name if prompt_name is not None else default_prompt_name
     return (prompts.get(name) or "") if name is not None else ""

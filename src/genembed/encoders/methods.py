@@ -31,6 +31,7 @@ __all__ = [
     "METHOD_RULES",
     "SOFT_TOKEN_METHOD",
     "MethodRules",
+    "method_for_pooling",
     "method_rules",
 ]
 
@@ -96,6 +97,28 @@ def method_rules(method: str) -> MethodRules:
         return METHOD_RULES[method]
     except (KeyError, TypeError):
         raise ValueError(f"method must be one of {METHODS}, got {method!r}") from None
+
+
+def method_for_pooling(pooling: str | None, method: str | None = None) -> str | None:
+    """The method that pools as ``pooling`` (a name in :data:`POOLINGS`), for ``genembed.load(pooling=...)``.
+
+    Pooling is not a setting of its own: each method pools one way (the table above), so a model stores
+    its method only. ``pooling`` picks the first method that pools so (``"soft_tokens"``: gircse,
+    ``"mean"``: mean, ``"last"``: last; GRIT is mean pooling with bidirectional attention: ``method="grit"``).
+    With ``method`` given too, the two must agree. None: ``method`` as given.
+
+    Raises:
+        ValueError: an unknown pooling (listing them), or a method that pools otherwise.
+    """
+    if pooling is None:
+        return method
+    if pooling not in POOLINGS:
+        raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+    if method is not None:
+        if method_rules(method).pooling != pooling:
+            raise ValueError(f"method {method!r} pools by {method_rules(method).pooling!r}, not {pooling!r}")
+        return method
+    return next(name for name, rules in METHOD_RULES.items() if rules.pooling == pooling)
 
 
 # the method that generates soft tokens (what ``inspect`` shows and step sweeps run)

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from .defaults import DEFAULT_MAX_LENGTH
+
 __all__ = [
     "PROMPT_FORMATS",
     "SENTINEL",
@@ -160,7 +162,7 @@ def encode_prompts(
     *,
     instruction: str = "",
     prompt_format: str = "plain",
-    max_length: int = 512,
+    max_length: int = DEFAULT_MAX_LENGTH,
 ) -> list[EncodedPrompt]:
     """Tokenize texts with an instruction and format; truncate each text to fit ``max_length``."""
     if prompt_format in WHOLE_STRING_FORMATS:

@@ -9,15 +9,24 @@ Indexes store the fields that decide their embeddings in their manifest (:meth:`
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..backbone.attention import check_attention
+from .defaults import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH
 from .instructions import DEFAULT_QUERY_INSTRUCTION
 from .methods import DEFAULT_MAX_STEPS, DEFAULT_METHOD, DEFAULT_STEPS, DEFAULT_TAU, MethodRules, method_rules
 from .prompts import PROMPT_FORMATS, EncodedPrompt, encode_prompts
 
-__all__ = ["EMBEDDING_FIELDS", "EmbedSettings"]
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_MAX_LENGTH",
+    "EMBEDDING_FIELDS",
+    "EmbedSettings",
+    "check_given",
+    "override_fields",
+]
 
 # the fields that decide an encoded text's embedding (not batch size, fast path or index-side settings):
 # what centers are memoised under and what a resumable ``genembed encode`` folder records
@@ -44,11 +53,10 @@ class EmbedSettings:
     attention: str | None = None  # None: the method's (causal unless the method fixes it)
     prompt_format: str | None = None  # one of PROMPT_FORMATS (chat, plain, gircse, gritlm); None or "": the method's
     tau: float = DEFAULT_TAU  # soft-token softmax temperature
-    max_length: int = 512  # tokens per prompt (instruction and template included); longer texts are cut
-    batch_size: int = 32  # texts per forward pass (changes no embedding)
+    max_length: int = DEFAULT_MAX_LENGTH  # tokens per prompt (instruction and template included); longer texts are cut
+    batch_size: int = DEFAULT_BATCH_SIZE  # texts per forward pass (changes no embedding)
     use_cache: bool = True  # KV-cached soft tokens; False recomputes the sequence every step (reference)
     fast_path: bool = True  # the CPU inference fast path where it applies (genembed.encoders.fast_decoder)
-    checkpoint_chunk: int = 0  # training: > 0 recomputes chunks of this many texts in the backward pass
     # soft tokens on the transformers path: each instruction's prefix computed once per batch (same
     # embeddings up to rounding; genembed.encoders.shared_prefix); causal attention only
     share_prefix: bool = False
@@ -88,6 +96,13 @@ class EmbedSettings:
         if steps == "auto":
             return cls(steps=max_steps, adaptive=True, **fields)
         return cls(steps=steps, **fields)  # type: ignore[arg-type]
+
+    def override(self, **changes: Any) -> EmbedSettings:
+        """These settings with ``changes`` (:func:`override_fields`: None keeps a field, another method
+        brings its own attention and prompt format, ``steps="auto"`` is adaptive), checked again."""
+        own = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("steps", "adaptive")}
+        own |= {"steps": "auto", "max_steps": self.steps} if self.adaptive else {"steps": self.steps}
+        return EmbedSettings.build(**override_fields(own, changes))
 
     def replace(self, **changes: Any) -> EmbedSettings:
         """A copy with ``changes`` (checked again)."""
@@ -132,3 +147,33 @@ class EmbedSettings:
         if method_rules(known.get("method", DEFAULT_METHOD)).fixed_attention:
             known.pop("attention", None)  # older manifests may hold the unused default, causal
         return cls(**known)
+
+
+def override_fields(own: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    """``own`` settings (a model's, a saved model's or a published checkpoint's) with ``changes`` made: the
+    one rule of how a call's settings replace a model's.
+
+    A change of None keeps the field (and so does ``prompt_format=""``: the method's own format, as an
+    index manifest writes it). A change of method drops ``own`` attention and prompt format: they belong
+    to its method, and the new one brings its own unless ``changes`` name them too.
+    """
+    fields = dict(own)
+    method = changes.get("method")
+    if method is not None and method != fields.get("method", DEFAULT_METHOD):
+        fields.pop("attention", None)
+        fields.pop("prompt_format", None)
+    for key, value in changes.items():
+        if value is not None and not (key == "prompt_format" and value == ""):
+            fields[key] = value
+    return fields
+
+
+def check_given(**given: Any) -> None:
+    """Check settings given by name (None: not given) before anything loads, each against the defaults of
+    the others: an unknown method, attention or prompt format, ``steps`` < 1, ``tau`` <= 0 or
+    ``max_length`` < 1 fails here, the message naming the setting and the valid choices.
+
+    Raises:
+        ValueError: a bad setting.
+    """
+    EmbedSettings.build(**{key: value for key, value in given.items() if value is not None})

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ..encoders.defaults import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH
 from ..encoders.methods import DEFAULT_METHOD, DEFAULT_STEPS, SOFT_TOKEN_METHOD, method_rules
 from ..encoders.settings import EmbedSettings
 from ._fingerprint import code_fingerprint, digest, folder_fingerprint, tensors_fingerprint
@@ -55,11 +56,13 @@ class GenembedEncoder:
         steps: int | str | Sequence[int] | None = None,
         attention: str | None = None,
         prompt_format: str | None = None,
-        max_length: int = 512,
-        batch_size: int = 32,
+        max_length: int | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         center: bool | None = None,
     ):
         self.model = model
+        if max_length is None:  # the model's (genembed.load(max_length=...)), else the default
+            max_length = getattr(model, "max_length", DEFAULT_MAX_LENGTH)
         self.center = bool(getattr(model, "center", False)) if center is None else center
         if not method_rules(method).uses_steps and steps is not None:
             raise ValueError(f"steps apply only to method {SOFT_TOKEN_METHOD!r}, not {method!r}")
@@ -184,7 +187,12 @@ class SentenceTransformerEncoder:
     """
 
     def __init__(
-        self, model: Any, *, name: str | None = None, instruction_template: str | None = None, batch_size: int = 32
+        self,
+        model: Any,
+        *,
+        name: str | None = None,
+        instruction_template: str | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
     ):
         if instruction_template is not None and "{text}" not in instruction_template:
             raise ValueError("instruction_template must contain '{text}' (and usually '{instruction}')")

@@ -14,7 +14,7 @@ then mteb's default prompt for the task type. Queries and symmetric texts (STS, 
 clustering, pair classification) get the instruction; documents (``prompt_type="document"``) are
 embedded without one, as GIRCSE and GRIT do, unless ``instruct_documents=True``.
 
-A published checkpoint (:mod:`genembed.published`: ``GenembedMTEBModel("GritLM/GritLM-7B")``) is
+A published checkpoint (:mod:`genembed.models.published`: ``GenembedMTEBModel("GritLM/GritLM-7B")``) is
 evaluated as its authors' MTEB script does: their per-task instructions (queries and documents as
 their table says), their K, and their normalisation (GritLM's MTEB run does not L2-normalise, which
 matters to classification), unless ``prompts_dict`` is given. A task missing from their table falls
@@ -31,9 +31,10 @@ from mteb.models.abs_encoder import AbsEncoder
 from mteb.models.model_meta import ModelMeta, ScoringFunction
 from mteb.types import PromptType
 
+from ..encoders.defaults import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH
 from ..encoders.methods import DEFAULT_STEPS, method_rules
 from ..encoders.settings import EmbedSettings
-from ..published import published_for
+from ..models.published import published_for
 
 __all__ = ["GenembedMTEBModel", "genembed_model_meta"]
 
@@ -104,7 +105,7 @@ class GenembedMTEBModel(AbsEncoder):
         attention: str | None = None,
         prompt_format: str | None = None,
         max_length: int | None = None,
-        batch_size: int = 32,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         prompts_dict: dict[str, str] | None = None,
         instruct_documents: bool = False,
         dtype: str = "auto",
@@ -126,7 +127,10 @@ class GenembedMTEBModel(AbsEncoder):
         self.encode_settings |= {"attention": model.attention if own and attention is None else attention}
         own_format = model.prompt_format if own else None
         self.encode_settings |= {"prompt_format": own_format if prompt_format is None else prompt_format}
-        self.encode_settings |= {"max_length": max_length or (self.published.max_length if self.published else 512)}
+        self.encode_settings |= {
+            "max_length": max_length
+            or (self.published.max_length if self.published else getattr(model, "max_length", DEFAULT_MAX_LENGTH))
+        }
         self.normalize = self.published.normalize_eval if self.published else True
         self.batch_size = batch_size
         EmbedSettings.build(**self.encode_settings, tau=model.tau)  # bad settings fail now, not mid-benchmark

@@ -1,12 +1,12 @@
 """Task folders evaluated with a published checkpoint's own per-task instructions (its authors' MTEB
-table, :mod:`genembed.published`), looked up by the task's ``mteb_name`` (else its ``name``)."""
+table, :mod:`genembed.models.published`), looked up by the task's ``mteb_name`` (else its ``name``)."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
 
-from ..published import PublishedModel
+from ..models.published import PublishedModel
 from .tasks import Task
 
 __all__ = ["with_published_instructions"]

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from ..backbone.attention import run_decoder
+from ..encoders.defaults import DEFAULT_MAX_LENGTH
 from ._scoring import check_sizes, right_padded_batches, yes_no_log_odds
 from .decoding import lm_head
 
@@ -74,7 +75,7 @@ def score_grit_pairs(
     *,
     instruction: str = GRIT_RERANK_INSTRUCTION,
     batch_size: int = 8,
-    max_length: int = 512,
+    max_length: int = DEFAULT_MAX_LENGTH,
 ) -> torch.Tensor:
     """``log P(" yes") - log P(" no")`` after GRIT's prompt for each document (float32, input order).
 

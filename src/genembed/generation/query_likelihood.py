@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from ..backbone.attention import run_decoder
+from ..encoders.defaults import DEFAULT_MAX_LENGTH
 from ..encoders.prompts import SENTINEL, split_around, split_ids
 from ._scoring import check_sizes, right_padded_batches
 from .decoding import lm_head
@@ -54,7 +55,7 @@ def score_query_likelihood(
     *,
     instruction: str,
     batch_size: int = 8,
-    max_length: int = 512,
+    max_length: int = DEFAULT_MAX_LENGTH,
     max_query_tokens: int = MAX_QUERY_TOKENS,
     prompt_format: str | None = None,
 ) -> torch.Tensor:

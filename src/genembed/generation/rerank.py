@@ -37,6 +37,7 @@ from typing import Any, TypedDict
 import torch
 
 from ..backbone.attention import run_decoder
+from ..encoders.defaults import DEFAULT_MAX_LENGTH
 from ..encoders.instructions import DEFAULT_QUERY_INSTRUCTION, DEFAULT_RERANK_INSTRUCTION
 from ..encoders.prompts import SENTINEL, split_around, split_ids
 from ._scoring import check_sizes, right_padded_batches, yes_no_log_odds
@@ -134,7 +135,7 @@ def score_pairs(
     *,
     instruction: str = DEFAULT_RERANK_INSTRUCTION,
     batch_size: int = 8,
-    max_length: int = 512,
+    max_length: int = DEFAULT_MAX_LENGTH,
 ) -> torch.Tensor:
     """``log P("Yes") - log P("No")`` for each document (float32, input order).
 
@@ -219,7 +220,7 @@ def rerank(
     top_n: int | None = None,
     instruction: str | None = None,
     batch_size: int = 8,
-    max_length: int = 512,
+    max_length: int = DEFAULT_MAX_LENGTH,
     scoring: str = "query_likelihood",
     use_adapter: bool | str = True,
     prompt_format: str | None = None,

@@ -7,6 +7,8 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any
 
+from ..encoders.defaults import DEFAULT_BATCH_SIZE
+
 if TYPE_CHECKING:
     from ..model import GenerativeEmbedder
 
@@ -32,7 +34,7 @@ class EmbeddingSides:
         *,
         query_instruction: str | None = None,
         document_instruction: str | None = None,
-        batch_size: int = 32,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         encode_kwargs: dict[str, Any] | None = None,
         load_kwargs: dict[str, Any] | None = None,
     ):

@@ -20,6 +20,7 @@ from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
+from ..encoders.defaults import DEFAULT_BATCH_SIZE
 from ._sides import EmbeddingSides
 
 __all__ = ["GenembedDocumentEmbedder", "GenembedTextEmbedder"]
@@ -38,7 +39,7 @@ class _GenembedComponent:
         model: Any = None,
         *,
         instruction: str | None = None,
-        batch_size: int = 32,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         encode_kwargs: dict[str, Any] | None = None,
         load_kwargs: dict[str, Any] | None = None,
     ):

@@ -15,6 +15,7 @@ from typing import Any
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from pydantic import PrivateAttr
 
+from ..encoders.defaults import DEFAULT_BATCH_SIZE
 from ._sides import EmbeddingSides
 
 __all__ = ["GenembedEmbedding"]
@@ -45,7 +46,7 @@ class GenembedEmbedding(BaseEmbedding):
         *,
         query_instruction: str | None = None,
         document_instruction: str | None = None,
-        embed_batch_size: int = 32,
+        embed_batch_size: int = DEFAULT_BATCH_SIZE,
         encode_kwargs: dict[str, Any] | None = None,
         load_kwargs: dict[str, Any] | None = None,
         **kwargs: Any,

@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..adapter_info import warn_if_untrained
 from ..encoders.settings import EmbedSettings
 from ..generation.adapters import same_weights
+from ..models.trained_for import warn_if_untrained
 from .chunking import Chunk, chunk_documents, read_sources
 from .grit_cache import check_grit_kv_source, grit_kv_source, uses_grit_cache
 from .kv_embed import encode_with_kv

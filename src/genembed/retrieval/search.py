@@ -14,6 +14,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ..encoders.defaults import DEFAULT_BATCH_SIZE
+
 __all__ = ["ExactIndex", "SearchHit", "SearchIndex", "no_hits", "rerank_hits", "retrieve_hits", "search"]
 
 
@@ -119,7 +121,7 @@ def search(
     instruction: str | None = None,
     rerank_instruction: str | None = None,
     rerank_scoring: str = "query_likelihood",
-    batch_size: int = 32,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     filter: str | None = None,
     **encode_kwargs: Any,
 ) -> list[SearchHit]:

@@ -107,11 +107,10 @@ async def embed_texts(
         prompt_lengths = [min(n, limit) if n - t < limit else n for n, t in pairs]
     state.check_sizes(prompt_lengths, field=field, what="inputs")
     assert state.batcher is not None
-    if not method_rules(
-        state.settings.method
-    ).uses_steps:  # single-pass methods ignore steps: let such requests share batches
-        steps = 0
-    cost = sum(prompt_lengths) + steps * len(texts)  # soft tokens run through the model too
+    rules = method_rules(state.settings.method)
+    if not rules.uses_steps:  # single-pass methods ignore steps: one key lets such requests share batches
+        steps = state.settings.default_steps
+    cost = sum(prompt_lengths) + (steps if rules.uses_steps else 0) * len(texts)  # soft tokens run too
     vectors = await state.batcher.submit(texts, key=(instruction, steps), cost=cost)
     tokens = sum(text_lengths)
     state.metrics.count_tokens("embeddings", "prompt", tokens)

@@ -10,10 +10,10 @@ served model carries:
   ``separation`` -> ``clustering``.
 - sentence-transformers' ``prompt_name``: any name in the table.
 
-The table of named instructions is :data:`DEFAULT_INSTRUCTIONS` (``query`` is the instruction
-``encode_query`` uses, :data:`genembed.encoders.instructions.DEFAULT_QUERY_INSTRUCTION`; documents get none, as in
-``encode_document``), updated by the model's own ``prompts`` when it has them, then by the server's
-``--instructions FILE.json``.
+The table of named instructions is :data:`genembed.encoders.instructions.NAMED_INSTRUCTIONS`, the one
+table encoding and the shipped centers use too (``query`` is the instruction ``encode_query`` uses;
+documents get none, as in ``encode_document``), updated by the model's own ``prompts`` when it has them,
+then by the server's ``--instructions FILE.json``.
 """
 
 from __future__ import annotations
@@ -23,11 +23,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..encoders.instructions import DEFAULT_QUERY_INSTRUCTION
+from ..encoders.instructions import NAMED_INSTRUCTIONS
 from .errors import APIError
 
 __all__ = [
-    "DEFAULT_INSTRUCTIONS",
     "INPUT_TYPES",
     "TASKS",
     "choose_instruction",
@@ -35,13 +34,6 @@ __all__ = [
     "named_instructions",
 ]
 
-DEFAULT_INSTRUCTIONS: dict[str, str] = {
-    "query": DEFAULT_QUERY_INSTRUCTION,
-    "document": "",
-    "classification": "Classify the given text.",
-    "clustering": "Identify the main topic of the given text.",
-    "text-matching": "Retrieve semantically similar text.",
-}
 INPUT_TYPES: dict[str, str] = {  # Cohere's input_type -> named instruction
     "search_query": "query",
     "search_document": "document",
@@ -58,8 +50,9 @@ TASKS: dict[str, str] = {  # Jina's task -> named instruction
 
 
 def named_instructions(model: Any, overrides: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The served table: the defaults, then the model's ``prompts`` (if it has them), then ``overrides``."""
-    table = dict(DEFAULT_INSTRUCTIONS)
+    """The served table: the named instructions, then the model's ``prompts`` (if it has them), then
+    ``overrides``."""
+    table = dict(NAMED_INSTRUCTIONS)
     prompts = getattr(model, "prompts", None)
     if isinstance(prompts, Mapping):
         # None = "the caller's instruction" (sentence-transformers style): the server keeps its default

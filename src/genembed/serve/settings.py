@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..encoders.centering import DEFAULT_CACHE_SIZE
+from ..encoders.defaults import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH
 from ..encoders.methods import DEFAULT_MAX_STEPS, DEFAULT_METHOD, DEFAULT_STEPS, METHODS
 from ..encoders.prompts import PROMPT_FORMATS
 from ..generation.sampling import SamplingOptions
@@ -28,11 +29,11 @@ class ServeSettings:
     default_steps: int = DEFAULT_STEPS  # GIRCSE soft tokens K when a request does not say
     max_steps: int = DEFAULT_MAX_STEPS  # highest `steps` a request may ask for
     max_inputs: int = 256  # texts per embeddings request, documents per rerank request
-    max_input_tokens: int = 512  # tokens per prompt (text + instruction + template); longer -> 413
+    max_input_tokens: int = DEFAULT_MAX_LENGTH  # tokens per prompt (text + instruction + template); longer -> 413
     max_request_tokens: int = 32768  # prompt tokens per request, all inputs together
     max_batch_tokens: int = 8192  # micro-batch budget: requests join a batch while their tokens fit
     max_batch_requests: int = 64  # requests per micro-batch; 1 turns micro-batching off
-    encode_batch_size: int = 32  # texts per forward pass inside a micro-batch
+    encode_batch_size: int = DEFAULT_BATCH_SIZE  # texts per forward pass inside a micro-batch
     max_queue: int = 256  # waiting embedding requests (and, separately, chat/rerank requests) before 429
     max_new_tokens: int = 512  # chat: highest max_tokens a request may ask for
     default_max_new_tokens: int = SamplingOptions.max_new_tokens  # chat: max_tokens when a request does not say

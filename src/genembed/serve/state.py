@@ -105,7 +105,7 @@ class ServingState:
         return self.model.encode(
             texts,
             instruction=instruction,
-            steps=max(steps, 1),
+            steps=steps,
             method=s.method,
             prompt_format=s.prompt_format,
             batch_size=s.encode_batch_size,
@@ -131,7 +131,9 @@ class ServingState:
 
     def embedding_prompt_lengths(self, texts: list[str], instruction: str) -> tuple[list[int], list[int]]:
         """``(prompt tokens, text tokens)`` per text, exactly as the encoder will build the prompts."""
-        fmt = self.model.prompt_format_for(self.settings.method, self.settings.prompt_format)
+        fmt = self.model.embed_settings(
+            method=self.settings.method, prompt_format=self.settings.prompt_format
+        ).prompt_format
         prompts = encode_prompts(self.tokenizer, texts, instruction=instruction, prompt_format=fmt, max_length=1 << 30)
         return [len(p.ids) for p in prompts], [p.text_end - p.text_start for p in prompts]
 

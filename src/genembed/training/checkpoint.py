@@ -12,9 +12,8 @@ when complete, so a crash never leaves a half-written one. Only the trainable we
 
 A checkpoint of an older genembed (``state.pt``, a pickle) is refused, never unpickled.
 
-:func:`save_run_checkpoint` and :func:`resume_run` write and restore a training run's state (the
-trainable weights, the weights of the objective's own terms, optimizer, scheduler, every process's RNG,
-the data position) through these files.
+:func:`genembed.training.run.save_run_checkpoint` and :func:`genembed.training.run.resume_run` write and
+restore a training run's state through these files.
 """
 
 from __future__ import annotations
@@ -24,9 +23,8 @@ import logging
 import random
 import re
 import shutil
-from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,19 +32,13 @@ import torch
 from .._files import DamagedFileError, file_digest, read_json, read_safetensors
 from ..backbone.cache import atomic_directory
 from .config import ConfigError
-from .lora import load_trainable_state, trainable_state
-
-if TYPE_CHECKING:
-    from .setup import Run
 
 __all__ = [
     "capture_rng",
     "latest_checkpoint",
     "load_checkpoint",
     "restore_rng",
-    "resume_run",
     "save_checkpoint",
-    "save_run_checkpoint",
 ]
 
 logger = logging.getLogger(__name__)
@@ -189,48 +181,3 @@ def _checkpoints(folder: Path) -> list[Path]:
         if (m := _NAME.match(p.name)) and ((p / _STATE).is_file() or (p / _PICKLED).is_file())
     ]
     return [p for _, p in sorted(found)]
-
-
-def resume_run(run: Run, saved: dict[str, Any]) -> int:
-    """Restore weights, optimizer, scheduler, RNG and data position from a checkpoint; return its step."""
-    load_trainable_state(run.model, saved["weights"])
-    run.optimizer.load_state_dict(saved["optimizer"])
-    run.scheduler.load_state_dict(saved["scheduler"])
-    rng = saved["rng"]
-    restore_rng(rng[run.rank] if run.rank < len(rng) else rng[0])
-    start = saved["step"]
-    accum = run.cfg.train.grad_accum
-    done = Counter(run.source(step) for step in range(1, start + 1))
-    if run.contrastive is not None:
-        run.contrastive.skip(done["contrastive"] * accum)
-    if run.generative is not None:  # drawn with each contrastive micro-batch
-        run.generative.skip(done["contrastive"] * accum)
-    if run.single is not None:
-        run.single.skip(done["single"] * accum)
-    # checkpoints written before the loss registry kept the one trained term, the teacher map, apart
-    states = saved.get("terms", {"regress": saved.get("teacher_map")})
-    for name, term in run.accelerator.unwrap_model(run.objective).trained_terms().items():
-        term.load_state_dict(states[name])
-    if run.accelerator.is_main_process:
-        run.metrics.truncate(start)
-        logger.info("resuming from %s (step %d)", run.checkpoint, start)
-    return start
-
-
-def save_run_checkpoint(run: Run, step: int) -> None:
-    """Checkpoint ``run`` after ``step`` (the main process writes; every process takes part)."""
-    from accelerate.utils import gather_object
-
-    rng = gather_object([capture_rng()])  # every process's RNG state, so dropout continues identically
-    if run.accelerator.is_main_process:
-        state = {
-            "weights": trainable_state(run.model),
-            "optimizer": run.optimizer.state_dict(),
-            "scheduler": run.scheduler.state_dict(),
-            "rng": rng,
-        }
-        terms = run.accelerator.unwrap_model(run.objective).trained_terms()
-        if terms:
-            state["terms"] = {name: term.state_dict() for name, term in terms.items()}
-        save_checkpoint(run.out / "checkpoints", step, state, keep=run.cfg.train.keep_checkpoints)
-    run.accelerator.wait_for_everyone()

@@ -97,13 +97,13 @@ class LoraSettings:
     frozen_layers: int = 0
 
 
-def _embedding_settings(section: Any, *, checkpoint_chunk: int = 0) -> EmbedSettings:
+def _embedding_settings(section: Any) -> EmbedSettings:
     """The :class:`~genembed.encoders.settings.EmbedSettings` an ``embedding:`` section describes (the
     prompt lengths stay in the section: queries and documents have their own)."""
     values = {name: getattr(section, name) for name in _EMBEDDING_KEYS}
     if method_rules(section.method).fixed_attention:  # validate() refuses another attention for it
         values["attention"] = None
-    return EmbedSettings(**values, checkpoint_chunk=checkpoint_chunk)
+    return EmbedSettings(**values)
 
 
 # The YAML ``embedding:`` section: these fields of EmbedSettings (their meaning and defaults are

@@ -8,7 +8,7 @@ trainable weights with the optimizer state. Exporting one lets a long run be sco
     genembed eval ../shared/data/dev --adapter runs/v2-step60
 
 The folder gets the adapter files a finished run writes and the run's ``genembed_train.yaml`` (so the
-adapter says what it was trained for, :mod:`genembed.adapter_info`), with ``step`` recorded in
+adapter says what it was trained for, :mod:`genembed.models.trained_for`), with ``step`` recorded in
 ``exported_from.json``. ``dtype="bfloat16"`` stores the weights at half the size (how the shipped adapters
 are kept); they load into a model of any dtype, cast on load.
 """

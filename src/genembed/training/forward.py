@@ -63,9 +63,11 @@ def _embed_tensors(
     return embed_prepared(model, Batch(input_ids, attention_mask, text_mask), settings).steps  # (B, K, D)
 
 
-def embed_batch(model: Any, batch: Batch, settings: EmbedSettings) -> torch.Tensor:
-    """Training embeddings ``(B, K, D)`` (``K = 1`` for the single-pass methods), differentiable."""
-    chunk = settings.checkpoint_chunk
+def embed_batch(model: Any, batch: Batch, settings: EmbedSettings, checkpoint_chunk: int = 0) -> torch.Tensor:
+    """Training embeddings ``(B, K, D)`` (``K = 1`` for the single-pass methods), differentiable;
+    ``checkpoint_chunk`` > 0 recomputes chunks of this many texts in the backward pass (gradient
+    checkpointing: the same values and gradients, less memory)."""
+    chunk = checkpoint_chunk
     if chunk <= 0 or not torch.is_grad_enabled():
         return _embed_tensors(model, settings, batch.input_ids, batch.attention_mask, batch.text_mask)
     parts = []

@@ -21,11 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import resume_run, save_run_checkpoint
 from .config import RunConfig, apply_overrides, config_from_dict, config_to_dict, load_config
+from .run import resume_run, save_run_checkpoint
 from .setup import build_run
 from .step import train_step
 from .summary import finish_run
+from .teacher_map import save_teacher_map
 
 __all__ = ["TrainResult", "train"]
 
@@ -88,7 +89,7 @@ def train(
         data = [*(run.contrastive.summary() if run.contrastive else []), *(run.single.summary() if run.single else [])]
         finish_run(run.out, cfg, model, run.tokenizer, run.metrics, data, run.world, seconds, run.precision)
         for term in objective.trained_terms().values():  # e.g. the teacher map, for a later stage
-            term.save(run.out)
+            save_teacher_map(term, run.out)
     accelerator.wait_for_everyone()
     if run.world > 1:
         accelerator.end_training()  # tears down the process group (gloo aborts at exit otherwise)

@@ -58,7 +58,7 @@ def continue_lora(model: Any, adapter: str | os.PathLike) -> Any:
     """
     from peft import PeftModel
 
-    from ..adapter_loading import adapter_folder
+    from ..models.adapters import adapter_folder
 
     with quiet_peft():
         return PeftModel.from_pretrained(model, str(adapter_folder(adapter)), is_trainable=True)

@@ -81,10 +81,15 @@ class Objective(nn.Module):
         gen_weight: float = 1.0,
         cross_device_negatives: bool = True,
         terms: Mapping[str, ObjectiveTerm] | None = None,
+        *,
+        checkpoint_chunk: int = 0,
     ):
         super().__init__()
         self.model = model
         self.settings = settings
+        # > 0: embeddings and the generative pass are recomputed in chunks of this many texts in the
+        # backward pass (train.gradient_checkpointing; a training setting, not an encoding one)
+        self.checkpoint_chunk = checkpoint_chunk
         self.rep_loss = rep_loss
         self.gen_loss = gen_loss
         self.gen_weight = gen_weight
@@ -120,11 +125,13 @@ class Objective(nn.Module):
             ``step_losses`` ``(K,)``, ``reg``, each term's value by name and ``gen``.
         """
         if texts is not None:
-            terms = self.single_terms(embed_batch(self.model, texts, self.settings), teacher["teacher_texts"])
+            terms = self.single_terms(
+                embed_batch(self.model, texts, self.settings, self.checkpoint_chunk), teacher["teacher_texts"]
+            )
             zero = terms.total.new_zeros(())
             return {"objective": terms.total, "loss": terms.total, **terms.logged(), "gen": zero}
-        q = embed_batch(self.model, queries, self.settings)  # (B, K, D)
-        d = embed_batch(self.model, documents, self.settings)  # (N, K, D)
+        q = embed_batch(self.model, queries, self.settings, self.checkpoint_chunk)  # (B, K, D)
+        d = embed_batch(self.model, documents, self.settings, self.checkpoint_chunk)  # (N, K, D)
         _, world = rank_and_world()
         gathered = self.cross_device_negatives and world > 1
         if gathered:
@@ -207,7 +214,7 @@ class Objective(nn.Module):
         if isinstance(self.gen_loss, BaseDistillLoss):
             with torch.no_grad(), adapter_mode(self.model, False):
                 base_logits, _, _ = response_logits(self.model, generative)
-            logits, _, rows = response_logits(self.model, generative, self.settings.checkpoint_chunk)
+            logits, _, rows = response_logits(self.model, generative, self.checkpoint_chunk)
             return self.gen_loss.loss_from_logits(logits, base_logits, rows, count)
-        logits, targets, rows = response_logits(self.model, generative, self.settings.checkpoint_chunk)
+        logits, targets, rows = response_logits(self.model, generative, self.checkpoint_chunk)
         return self.gen_loss.loss_from_logits(logits, targets, rows, count)

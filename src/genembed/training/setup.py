@@ -3,11 +3,9 @@ optimizer, read from a config into one :class:`Run` that the steps share."""
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +21,9 @@ from .losses.registry import teacher_needs
 from .metrics import MetricsLog
 from .objective import Objective
 from .output import check_output, prepare_output
+from .run import Run, training_precision
 from .teacher import Teacher
+from .teacher_map import load_teacher_map
 from .teacher_targets import (
     STORE,
     TargetStore,
@@ -35,72 +35,14 @@ from .teacher_targets import (
 )
 
 __all__ = [
-    "Run",
     "build_objective",
     "build_run",
     "init_adapter",
     "load_run_backbone",
     "trainable_model",
-    "training_precision",
 ]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class Run:
-    """What the steps of one run share: the process group, the model and its optimizer, the data."""
-
-    cfg: RunConfig
-    accelerator: Any
-    out: Path
-    checkpoint: Path | None  # the checkpoint resumed from
-    tokenizer: Any
-    model: Any  # the trainable model (a peft model for LoRA)
-    objective: Any  # the Objective as prepared by accelerate (DDP-wrapped with several processes)
-    optimizer: Any
-    scheduler: Any
-    params: list[torch.nn.Parameter]
-    contrastive: ContrastiveStream | None  # None when every step is a single-text step
-    generative: GenerativeStream | None
-    metrics: MetricsLog
-    prompt_format: str
-    teacher: Teacher | None  # scores each batch for the terms that need its scores (e.g. loss.distill_weight > 0)
-    targets: TargetStore | None = None  # the teacher's cached vectors (loss.distill_targets), replacing it
-    single: SingleStream | None = None  # single-text batches (single.share > 0)
-    plan: list[str] | None = None  # each step's objective, "contrastive" or "single" (single.share)
-
-    def source(self, step: int) -> str:
-        """The objective of step ``step`` (1-based)."""
-        return self.plan[step - 1] if self.plan else "contrastive"
-
-    @property
-    def rank(self) -> int:
-        return self.accelerator.process_index
-
-    @property
-    def world(self) -> int:
-        return self.accelerator.num_processes
-
-    @functools.cached_property
-    def precision(self) -> str:
-        """The precision the steps run in: ``train.precision`` with ``auto`` resolved for this device (once:
-        every forward asks, through :meth:`autocast`)."""
-        return training_precision(self.cfg.train.precision, self.accelerator.device)
-
-    def autocast(self) -> Any:
-        device = self.accelerator.device
-        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16")
-
-
-def training_precision(precision: str, device: Any) -> str:
-    """``train.precision`` as run on ``device``: ``auto`` is ``bf16`` where the device computes bfloat16
-    natively (:func:`genembed.backbone.loading.default_dtype`), else ``fp32``; ``fp32``/``bf16`` as given."""
-    if precision != "auto":
-        return precision
-    from ..backbone.loading import default_dtype
-
-    return "bf16" if default_dtype(str(device)) == "bfloat16" else "fp32"
 
 
 def _warn_if_slow_bf16(precision: str, device: Any) -> None:
@@ -177,7 +119,7 @@ def build_run(cfg: RunConfig, resume: bool) -> tuple[Run, dict[str, Any] | None]
     terms = objective.trained_terms()
     for term in terms.values():
         if init_from is not None:
-            term.load(init_from)  # a stage continues the previous stage's weights (e.g. the teacher map)
+            load_teacher_map(term, init_from)  # a stage continues the previous stage's weights (e.g. the teacher map)
     params = [p for p in objective.parameters() if p.requires_grad]  # the model's and the terms'
     groups: list[dict[str, Any]] = [{"params": [p for p in model.parameters() if p.requires_grad]}]
     # a term's weights start random: they learn at their own rate
@@ -279,7 +221,7 @@ def trainable_model(cfg: RunConfig, model: Any, init_from: Path | None) -> Any:
 
 def init_adapter(init_from: str | None) -> Path | None:
     """The adapter folder training starts from (checked): ``"default"`` is the adapter shipped with genembed."""
-    from ..adapter_loading import adapter_folder, default_adapter
+    from ..models.adapters import adapter_folder, default_adapter
 
     if init_from is None:
         return None
@@ -306,14 +248,15 @@ def build_objective(
 ) -> Objective:
     """The objective the config names: the registered losses (training/losses/registry.py) and the
     generative loss when there is generative data."""
-    settings = cfg.embedding.settings(
-        checkpoint_chunk=cfg.train.checkpoint_chunk if cfg.train.gradient_checkpointing else 0
-    )
+    settings = cfg.embedding.settings()
     context = LossContext(model.config.hidden_size, None if targets is None else targets.dimension)
     rep, terms = build_losses(cfg.loss, settings.rules.loss, context)
     gen_cfg = cfg.generative
     gen = build_generative_loss(gen_cfg.loss, gen_cfg.aggregation, gen_cfg.temperature) if has_generative else None
-    return Objective(model, settings, rep, gen, cfg.generative.weight, cfg.loss.cross_device_negatives, terms)
+    chunk = cfg.train.checkpoint_chunk if cfg.train.gradient_checkpointing else 0
+    return Objective(
+        model, settings, rep, gen, cfg.generative.weight, cfg.loss.cross_device_negatives, terms, checkpoint_chunk=chunk
+    )
 
 
 def _schedule(kind: str, warmup: int, total: int) -> Any:

@@ -13,7 +13,7 @@ import torch
 from .forward import tokenize_texts
 from .grad_cache import grad_cache_single, grad_cache_step
 from .losses.registry import teacher_needs, term_names
-from .setup import Run
+from .run import Run
 
 __all__ = ["train_step"]
 

@@ -35,6 +35,7 @@ import torch
 
 from .._files import atomic_write, atomic_write_json, read_json, read_safetensors, remove_temp_files
 from ..backbone.cache import cache_root
+from ..encoders.defaults import DEFAULT_BATCH_SIZE
 from .config import ConfigError
 from .data.batches import ContrastiveBatch
 from .data.contrastive import read_contrastive
@@ -238,7 +239,7 @@ def build_targets(
     encode: Encode | None = None,
     dimension: int | None = None,
     chunk_size: int = 2048,
-    batch_size: int = 32,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     device: str | None = None,
     max_length: int | None = None,
     progress: bool = True,
@@ -324,7 +325,7 @@ def _append_chunk(folder: Path, encode: Encode, texts: Sequence[str], dimension:
 
 
 def teacher_encoder(
-    teacher: str, *, device: str | None = None, max_length: int | None = None, batch_size: int = 32
+    teacher: str, *, device: str | None = None, max_length: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE
 ) -> Encode:
     """The teacher's encode function, loading the teacher on its first call (for :meth:`TargetStore.fill_with`:
     a run whose texts are all stored never loads it)."""
@@ -339,7 +340,7 @@ def teacher_encoder(
 
 
 def load_teacher_encoder(
-    teacher: str, *, batch_size: int = 32, device: str | None = None, max_length: int | None = None
+    teacher: str, *, batch_size: int = DEFAULT_BATCH_SIZE, device: str | None = None, max_length: int | None = None
 ) -> tuple[Encode, int, int]:
     """The teacher, loaded now: its encode function, its dimension and the tokens it reads per text."""
     from .teacher import Teacher

@@ -9,7 +9,6 @@ the trained adapter (to continue a later stage) but is never part of the exporte
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -107,15 +106,3 @@ class EmbeddingDistillation(nn.Module):
     def on_texts(self, texts: torch.Tensor, teacher_texts: torch.Tensor) -> torch.Tensor:
         """The regression of single texts ``(B, D)`` on the teacher's vectors ``(B, T)``."""
         return self(texts, teacher_texts)
-
-    def save(self, folder: Path) -> None:
-        """Write the map beside the trained adapter (``teacher_map.safetensors``)."""
-        from ..teacher_map import save_teacher_map
-
-        save_teacher_map(self, folder)
-
-    def load(self, folder: Path) -> bool:
-        """Continue the map a previous stage saved in ``folder``; return whether there was one."""
-        from ..teacher_map import load_teacher_map
-
-        return load_teacher_map(self, folder)

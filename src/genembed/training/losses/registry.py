@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -78,19 +77,17 @@ class ObjectiveTerm(Protocol):
 
 
 class TrainedTerm(ObjectiveTerm, Protocol):
-    """A term with weights of its own (an ``nn.Module`` with parameters), trained with the model."""
+    """A term with weights of its own (an ``nn.Module`` with parameters), trained with the model. Its
+    weights are checkpointed with the run and saved beside the trained model, and a later stage continues
+    them (:mod:`genembed.training.teacher_map`: the one trained term so far, the teacher map)."""
 
     lr: float  # its learning rate
 
     def parameters(self) -> Any: ...
 
-    def save(self, folder: Path) -> None:
-        """Write its weights beside the trained model."""
-        ...
+    def state_dict(self) -> dict[str, Any]: ...
 
-    def load(self, folder: Path) -> bool:
-        """Continue the weights a previous stage saved in ``folder``; return whether there were any."""
-        ...
+    def load_state_dict(self, state: Mapping[str, Any]) -> Any: ...
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,6 @@
-"""``model.save(folder)``: a model and the settings it embeds with, for ``genembed.load(folder)``.
+"""``model.save(folder)``: a model and the settings it embeds with, for ``genembed.load(folder)``
+(:mod:`genembed.models.load` reads the folder back: :func:`read_settings` here is the one reader of
+``genembed.json``).
 
 A saved folder holds:
 
@@ -11,20 +13,20 @@ A saved folder holds:
   found again by name on another machine (a model built in memory, or loaded from a local folder or
   .gguf file) or when asked with ``save_backbone=True``;
 - the adapter's training config (``genembed_train.yaml`` or ``training_config.yaml``), when it has one;
-- ``README.md``: a model card (:mod:`genembed.model_card`).
+- ``README.md``: a model card (:mod:`genembed.models.card`).
 
-``genembed.json`` records the backbone by what loads it (``"bundled"`` for the bundled default, a hub
-id, ``"backbone/"`` inside the folder, or, saved with ``save_backbone=False``, a local folder's path
-relative to the saved one, ``"../base"``), the encoding defaults (method, steps, attention, prompt
-format, tau, centering, truncate_dim), the named instructions (``prompts``, ``default_prompt_name``),
-``similarity_fn_name``, which weights generation uses (and the generation adapter's name), and, with
-centering on, a digest of the calibration texts the centers come from, so that a change to the
-bundled texts is reported on load. With centering on, ``centers.safetensors`` holds the centers of
-the named instructions (:func:`genembed.encoders.centering.save_centers`), so the first ``encode``
-with one of them after loading computes none. No saved file holds an absolute path of the machine
-that wrote it (``adapter_config.json`` names the base model by name). Copy the folder into the HF cache layout
-(``models--org--name/snapshots/<rev>/``, e.g. by uploading it and downloading it with ``hf download``)
-and ``genembed.load("org/name")`` finds it offline.
+``genembed.json`` records the backbone by what loads it (``"bundled"`` for the bundled default, a hub id,
+``"backbone/"`` inside the folder, or, saved with ``save_backbone=False``, a local folder's path relative to
+the saved one, ``"../base"``), the encoding defaults (method, steps, attention, prompt format, tau,
+max_length, centering, truncate_dim: the names ``genembed.load`` takes), the named instructions (``prompts``,
+``default_prompt_name``), ``similarity_fn_name``, which weights generation uses (and the generation adapter's
+name), and, with centering on, a digest of the calibration texts the centers come from, so that a change to
+the bundled texts is reported on load. With centering on, ``centers.safetensors`` holds the centers of the
+named instructions (:func:`genembed.encoders.centering.save_centers`), so the first ``encode`` with one of
+them after loading computes none. No saved file holds an absolute path of the machine that wrote it
+(``adapter_config.json`` names the base model by name). Copy the folder into the HF cache layout
+(``models--org--name/snapshots/<rev>/``, e.g. by uploading it and downloading it with ``hf download``) and
+``genembed.load("org/name")`` finds it offline.
 """
 
 from __future__ import annotations
@@ -33,41 +35,56 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 import yaml
 
-from . import __version__
-from .adapter_info import read_training_config
-from .backbone.cache import atomic_directory
-from .backbone.default_model import DEFAULT_MODEL_HUB_ID
-from .backbone.loading import BUNDLED
-from .model_card import model_card, portable
-
-if TYPE_CHECKING:
-    from .model import GenerativeEmbedder
+from .. import __version__
+from ..backbone.cache import atomic_directory
+from ..backbone.default_model import DEFAULT_MODEL_HUB_ID
+from ..backbone.loading import BUNDLED
+from ..encoders.defaults import DEFAULT_MAX_LENGTH
+from .card import model_card, portable
+from .trained_for import read_training_config
 
 __all__ = [
     "BACKBONE_SUBFOLDER",
     "CARD_FILE",
     "FORMAT",
     "SETTINGS_FILE",
+    "SavableModel",
     "calibration_digest",
     "read_settings",
     "save_model",
 ]
 
 SETTINGS_FILE = "genembed.json"
-CARD_FILE = "README.md"  # the model card (genembed.model_card)
+CARD_FILE = "README.md"  # the model card (genembed.models.card)
 BACKBONE_SUBFOLDER = "backbone"
-FORMAT = 1  # genembed.json layout version
-_ENCODE_KEYS = ("method", "steps", "attention", "prompt_format", "tau", "center", "truncate_dim")
+FORMAT = 2  # genembed.json layout version (2 added encode.max_length)
+_READABLE = (1, 2)  # format 1 lacks encode.max_length: the default, DEFAULT_MAX_LENGTH
+_ENCODE_KEYS = ("method", "steps", "attention", "prompt_format", "tau", "center", "truncate_dim", "max_length")
+_OPTIONAL = {"max_length": DEFAULT_MAX_LENGTH}  # encode keys older formats may lack, with their value
 _MODEL_KEYS = ("prompts", "default_prompt_name", "similarity_fn_name", "generation_adapter", "generation_adapter_name")
 
 
+class SavableModel(Protocol):
+    """What :func:`save_model` reads of a model (:class:`genembed.GenerativeEmbedder` is one)."""
+
+    backbone: Any
+    adapter: str | None
+    adapter_path: str | None
+    center: bool
+    prompts: dict[str, str | None]
+
+    def check_settings(self) -> Any: ...
+
+    def embed_settings(self, **changes: Any) -> Any: ...
+
+
 def save_model(
-    model: GenerativeEmbedder,
+    model: SavableModel,
     folder: str | os.PathLike,
     *,
     save_backbone: bool | None = None,
@@ -85,8 +102,10 @@ def save_model(
         scores: task name: score (x100), for the model card, when you know them.
 
     Raises:
-        ValueError: ``folder`` exists and holds something other than a genembed save.
+        ValueError: a setting the model holds is invalid (``model.check_settings()``), or ``folder`` exists
+            and holds something other than a genembed save; either way nothing is written.
     """
+    model.check_settings()  # before anything is written: a bad setting leaves no folder behind
     folder = Path(os.path.expanduser(str(folder)))
     if folder.exists() and (not folder.is_dir() or (any(folder.iterdir()) and not (folder / SETTINGS_FILE).is_file())):
         raise ValueError(
@@ -104,7 +123,7 @@ def save_model(
             _save_adapters(lm, tmp, base_model=backbone.name)
         if save_backbone:
             _save_base_weights(lm, backbone.tokenizer, tmp / BACKBONE_SUBFOLDER)
-        if training is not None:  # how the adapter was trained: read back by load() (adapter_info) and the card
+        if training is not None:  # how the adapter was trained: read back by load() (trained_for) and the card
             config = yaml.safe_dump(portable(training[1]), sort_keys=False)
             (tmp / training[0].name).write_text(config, encoding="utf-8")
         source = backbone.source
@@ -171,29 +190,30 @@ def read_settings(folder: str | os.PathLike) -> dict[str, Any]:
         settings = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not valid JSON ({exc})") from exc
-    if not isinstance(settings, dict) or settings.get("format") != FORMAT:
+    if not isinstance(settings, dict) or settings.get("format") not in _READABLE:
         found = settings.get("format") if isinstance(settings, dict) else None
-        raise ValueError(f"{path}: format {found!r} is not {FORMAT}; saved by a different genembed version?")
+        raise ValueError(f"{path}: format {found!r} is not one of {_READABLE}; saved by a different genembed version?")
     for section, keys in (("backbone", ("name", "source")), ("encode", _ENCODE_KEYS)):
         if not isinstance(settings.get(section), dict):
             raise ValueError(f"{path}: field {section!r} is missing or not an object")
         for key in keys:
-            if key not in settings[section]:
+            if key not in settings[section] and key not in _OPTIONAL:
                 raise ValueError(f"{path}: field {section}.{key} is missing")
+    settings["encode"] = _OPTIONAL | settings["encode"]
     return settings
 
 
 def calibration_digest() -> str:
     """sha256 of the bundled calibration texts the centering centers are computed from."""
-    from .encoders.centering import calibration_digest as digest
+    from ..encoders.centering import calibration_digest as digest
 
     return digest()
 
 
-def _save_named_centers(model: GenerativeEmbedder, folder: Path) -> None:
+def _save_named_centers(model: SavableModel, folder: Path) -> None:
     """``centers.safetensors``: the centers of the model's named instructions (``prompts``) with its
     default settings, plus those it was loaded with, so that loading it never computes them."""
-    from .encoders.centering import save_centers
+    from ..encoders.centering import save_centers
 
     named = [instruction for instruction in model.prompts.values() if instruction is not None]
     save_centers(model.backbone, folder, model.embed_settings(), named)

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..encoders.defaults import DEFAULT_MAX_LENGTH
+
 __all__ = ["model_card", "portable"]
 
 
@@ -38,7 +40,7 @@ def model_card(
     """The card's Markdown (YAML front matter + text).
 
     Args:
-        settings: what ``genembed.json`` holds (:mod:`genembed.saving`).
+        settings: what ``genembed.json`` holds (:mod:`genembed.models.save`).
         title: the model's name (the saved folder's).
         base_model: the backbone's hub id (front matter ``base_model``); None when it has none.
         training: the adapter's training config (``genembed train``'s resolved YAML), when saved.
@@ -77,6 +79,7 @@ def model_card(
         f"| attention | {encode['attention'] or 'the method default'} |",
         f"| prompt format | {encode['prompt_format'] or 'the method default'} |",
         f"| tau | {encode['tau']} |",
+        f"| tokens per text (max_length) | {encode.get('max_length', DEFAULT_MAX_LENGTH)} |",
         f"| per-instruction centering | {'on' if encode['center'] else 'off'} |",
         f"| similarity | {settings.get('similarity_fn_name', 'cosine')} |",
         f"| backbone | {_backbone_row(backbone)} |",

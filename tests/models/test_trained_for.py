@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 import genembed
-from genembed.adapter_info import TrainedFor, UntrainedAdapterWarning, read_trained_for
-from genembed.loading import DEFAULT_ADAPTER
+from genembed.models.adapters import DEFAULT_ADAPTER
+from genembed.models.trained_for import TrainedFor, UntrainedAdapterWarning, read_trained_for
 
 TEXTS = ["A man is playing a guitar.", "Paris is the capital of France."]
 
@@ -40,7 +40,7 @@ def test_read_trained_for_from_small_saved_configs(tmp_path):
 
 
 def test_the_shipped_joint_adapter_was_trained_for_gircse_and_generation():
-    from genembed.loading import SHIPPED_ADAPTERS, shipped_adapter
+    from genembed.models.adapters import SHIPPED_ADAPTERS, shipped_adapter
 
     assert shipped_adapter("joint") == SHIPPED_ADAPTERS["joint"]
     trained = read_trained_for(SHIPPED_ADAPTERS["joint"])
@@ -104,7 +104,7 @@ def test_a_shipped_adapter_loads_by_name_and_a_local_folder_of_that_name_wins(ad
 
     import numpy as np
 
-    import genembed.loading as loading
+    import genembed.models.adapters as loading
     from genembed.backbone import MissingModelError
 
     model_dir, adapter = adapter_dirs

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import genembed
-from genembed.published import PUBLISHED, instruction_set, published_model
+from genembed.models.published import PUBLISHED, instruction_set, published_model
 from tests.conftest import SHARED, rebase_adapter
 
 REFERENCE = SHARED / "reference" / "gircse"

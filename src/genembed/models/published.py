@@ -20,7 +20,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from .backbone.memory import BYTES_PER_PARAM
+from ..backbone.memory import BYTES_PER_PARAM
 
 __all__ = ["PUBLISHED", "InstructionSet", "PublishedModel", "instruction_set", "published_for", "published_model"]
 

@@ -69,6 +69,7 @@ def test_in_memory_model_saves_weights_and_settings(tmp_path, tiny):
         "tau": 0.7,
         "center": True,
         "truncate_dim": None,
+        "max_length": 512,
     }
     assert settings["prompts"]["query"] == "Find the topic." and settings["default_prompt_name"] == "classification"
     assert len(settings["calibration_sha256"]) == 64
@@ -196,7 +197,7 @@ def test_the_model_card_says_what_the_model_is_and_how_it_was_trained(tmp_path, 
 
 
 def test_save_replaces_an_earlier_save_atomically_and_protects_other_folders(tmp_path, tiny, monkeypatch):
-    from genembed import saving
+    from genembed.models import save as saving
 
     model = GenerativeEmbedder(tiny)
     folder = model.save(tmp_path / "saved")

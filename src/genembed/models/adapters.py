@@ -1,5 +1,6 @@
 """LoRA adapters for :func:`genembed.load`: the shipped ones by name, an adapter argument resolved to a
-folder (local, shipped or from the hub), checked and attached with peft, and the generation adapter choice."""
+folder (local, shipped or from the hub), checked and attached with peft, and what ``load``'s
+``generation_adapter`` argument asks for."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ._peft import quiet_peft
-from .adapter_info import read_trained_for
-from .backbone.default_model import MissingModelError
-from .backbone.hub import hub_snapshot
+from .._peft import quiet_peft
+from ..backbone.default_model import MissingModelError
+from ..backbone.hub import hub_cache_dir, hub_snapshot, looks_like_path
+from .trained_for import read_trained_for
 
 __all__ = [
     "DEFAULT_ADAPTER",
@@ -18,15 +19,15 @@ __all__ = [
     "adapter_folder",
     "adapter_name",
     "attach_adapter",
-    "choose_generator",
-    "record_adapter",
     "default_adapter",
+    "is_shipped",
     "resolve_adapter",
+    "resolve_generator",
     "shipped_adapter",
     "trained_for_generation",
 ]
 
-_ADAPTERS = Path(__file__).parent / "adapters"
+_ADAPTERS = Path(__file__).parent.parent / "adapters"
 # the GIRCSE LoRA adapter trained for the bundled backbone (configs/gircse-smollm2.yaml, MODEL_CARD.md)
 DEFAULT_ADAPTER = _ADAPTERS / "smollm2-135m-gircse"
 # adapters shipped for the bundled backbone, by the name `load(adapter=NAME)` and `--adapter NAME` take:
@@ -47,6 +48,11 @@ def shipped_adapter(name: str) -> Path | None:
     return folder if folder is not None and (folder / "adapter_config.json").is_file() else None
 
 
+def is_shipped(folder: Path) -> bool:
+    """Whether ``folder`` is one of the adapters shipped with genembed."""
+    return folder.resolve() in {shipped.resolve() for shipped in SHIPPED_ADAPTERS.values()}
+
+
 def resolve_adapter(adapter: str | os.PathLike, local_files_only: bool = False) -> Path:
     """An adapter argument as a folder: a local folder wins over a shipped adapter of the same name, which
     wins over a hub id (its snapshot in the HF cache, downloaded when missing and allowed)."""
@@ -58,33 +64,27 @@ def resolve_adapter(adapter: str | os.PathLike, local_files_only: bool = False) 
         if folder is None:
             raise MissingModelError(f"this install does not ship the {adapter!r} adapter ({SHIPPED_ADAPTERS[adapter]})")
         return folder
-    from .backbone.hub import looks_like_path
-
     return path if looks_like_path(adapter) else hub_snapshot(adapter, local_files_only=local_files_only)
 
 
 def adapter_name(adapter: str | os.PathLike, folder: Path) -> str:
     """What a model calls its adapter: the hub id for one from the hub, else the folder's name."""
-    from .backbone.hub import hub_cache_dir
-
     return str(adapter) if hub_cache_dir().resolve() in folder.resolve().parents else folder.name
 
 
-def choose_generator(model: Any, choice: str | os.PathLike | bool | None, name: str | None = None) -> None:
-    """Apply ``load``'s ``generation_adapter`` argument: None keeps the model's default, a bool sets it, a
-    folder or shipped name is loaded as the generation adapter (``name``: what to call it, else its folder's)."""
-    if choice is None:
-        return
-    if isinstance(choice, bool):
-        model.generation_adapter = choice
-        return
-    from .generation.adapters import GENERATION_ADAPTER, attach_generation_adapter
+def resolve_generator(
+    choice: str | os.PathLike | bool | None, local_files_only: bool = False
+) -> tuple[Path | None, bool | None]:
+    """``load``'s ``generation_adapter`` argument as ``(folder, generates)``: a folder or shipped name is a
+    generation adapter to load beside the embedding one (``(folder, None)``), a bool says which weights
+    generate (``(None, choice)``), None leaves both to the model (``(None, None)``).
 
-    folder = adapter_folder(resolve_adapter(choice), "generation adapter folder")
-    attach_generation_adapter(model.backbone, folder)
-    model.generation_adapter_name = name or folder.resolve().name
-    model.generation_adapter_path = str(folder.resolve())
-    model.generation_adapter = GENERATION_ADAPTER
+    Raises:
+        MissingModelError / DamagedFileError: the folder holds no readable LoRA adapter.
+    """
+    if choice is None or isinstance(choice, bool):
+        return None, choice
+    return adapter_folder(resolve_adapter(choice, local_files_only), "generation adapter folder"), None
 
 
 def trained_for_generation(adapter_path: str | os.PathLike) -> bool:
@@ -109,7 +109,7 @@ def adapter_folder(path: str | os.PathLike, what: str = "adapter folder") -> Pat
         MissingModelError: no ``adapter_config.json`` in ``path``.
         DamagedFileError: the config or the weights file is truncated or damaged (the message names it).
     """
-    from ._files import DamagedFileError, check_safetensors, read_json
+    from .._files import DamagedFileError, check_safetensors, read_json
 
     folder = Path(os.path.expanduser(str(path)))
     config = folder / "adapter_config.json"
@@ -127,19 +127,10 @@ def adapter_folder(path: str | os.PathLike, what: str = "adapter folder") -> Pat
     return folder
 
 
-def attach_adapter(backbone, adapter_path: Path) -> None:
+def attach_adapter(backbone: Any, adapter_path: Path) -> None:
     """Wrap the backbone's model with a saved LoRA adapter (peft), in eval mode."""
     from peft import PeftModel
 
     folder = adapter_folder(adapter_path)
     with quiet_peft():
         backbone.model = PeftModel.from_pretrained(backbone.model, str(folder)).eval()
-
-
-def record_adapter(model: Any, adapter_path: Path | None, generation_adapter: str | os.PathLike | bool | None) -> None:
-    """Note on a freshly built model which adapter it carries (``adapter_path``, ``trained_for``), generate
-    with it when it was trained for generation too, then apply ``load``'s ``generation_adapter`` argument."""
-    model.adapter_path = str(adapter_path.resolve()) if adapter_path else None
-    model.trained_for = read_trained_for(adapter_path) if adapter_path else None
-    model.generation_adapter = bool(model.trained_for and model.trained_for.generation)
-    choose_generator(model, generation_adapter)

@@ -16,7 +16,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from .encoders.methods import DEFAULT_METHOD, METHOD_RULES
+from ..encoders.methods import DEFAULT_METHOD, METHOD_RULES
 
 __all__ = [
     "CONFIG_NAMES",
@@ -71,7 +71,7 @@ def read_training_config(adapter_path: str | os.PathLike) -> tuple[Path, dict] |
     try:
         config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        from ._files import DamagedFileError
+        from .._files import DamagedFileError
 
         raise DamagedFileError(
             f"{path} is not readable YAML ({exc}): the file is damaged. Copy the adapter folder again."

@@ -1,0 +1,17 @@
+"""The encoding defaults, each declared here once and read from here (through
+:mod:`genembed.encoders.settings`, which re-exports them) by the library, the CLI, evaluation and
+the server.
+
+They live in a module of their own, below every encoder module, because the prompt builder
+(:mod:`genembed.encoders.prompts`) needs the length too and the settings module imports it.
+"""
+
+from __future__ import annotations
+
+__all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_MAX_LENGTH"]
+
+# tokens per prompt (instruction and template included) before a text is cut from its end; also the
+# tokens of a document the rerankers keep and the server's longest prompt
+DEFAULT_MAX_LENGTH = 512
+# texts per forward pass when encoding (changes no embedding; sentence-transformers' default too)
+DEFAULT_BATCH_SIZE = 32

@@ -1,0 +1,72 @@
+"""What ``model.encode`` takes besides sentence-transformers' keywords, looked up in one place.
+
+``encode`` spells its keywords as sentence-transformers does (``prompt``, ``prompt_name``, ``batch_size``,
+``normalize_embeddings``, ``convert_to_numpy``, ``precision``, ``truncate_dim``, ...). Everything else
+is an override of the model's settings (:class:`~genembed.encoders.settings.EmbedSettings` fields such as
+``steps`` or ``method``, and ``center``), given as keywords (:class:`EncodeOverrides`), or genembed's own
+spelling of a sentence-transformers keyword (:data:`ALIASES`: ``instruction`` is ``prompt``,
+``normalize`` is ``normalize_embeddings``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypedDict
+
+__all__ = ["ALIASES", "SETTING_OVERRIDES", "EncodeOverrides", "split_overrides"]
+
+# genembed's name -> sentence-transformers' name of the same keyword (both spellings work; given both, they
+# must agree)
+ALIASES = {"instruction": "prompt", "normalize": "normalize_embeddings"}
+
+# the settings one encode call may change (EmbedSettings fields, ``max_steps`` of steps="auto", and
+# centering); training-only and index-only fields are not among them
+SETTING_OVERRIDES = ("method", "steps", "attention", "prompt_format", "tau", "max_length", "max_steps", "stop_tol")
+SETTING_OVERRIDES += ("use_cache", "fast_path", "share_prefix", "center")
+
+
+class EncodeOverrides(TypedDict, total=False):
+    """The keywords of :data:`ALIASES` and :data:`SETTING_OVERRIDES` (None or absent: the model's own)."""
+
+    instruction: str | None  # = prompt
+    normalize: bool | None  # = normalize_embeddings
+    method: str | None  # a name in genembed.encoders.methods.METHODS
+    steps: int | str | None  # GIRCSE's K, or "auto" (adaptive, at most max_steps)
+    attention: str | None  # causal | bidirectional
+    prompt_format: str | None  # chat | plain | gircse | gritlm
+    tau: float | None  # soft-token softmax temperature
+    max_length: int | None  # tokens per prompt
+    max_steps: int | None  # the cap of steps="auto"
+    stop_tol: float | None  # steps="auto" stops a text when cos(z_k, z_{k-1}) > stop_tol
+    use_cache: bool | None  # KV-cached soft tokens (False: the reference recomputation)
+    fast_path: bool | None  # the CPU inference fast path where it applies
+    share_prefix: bool | None  # each instruction's prefix computed once per batch
+    center: bool | None  # subtract the instruction's center
+
+
+def split_overrides(overrides: Mapping[str, Any], **keywords: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(keywords, changes)``: sentence-transformers' ``keywords`` with the aliases in ``overrides`` folded
+    in, and the setting changes ``overrides`` make (None values left out).
+
+    Raises:
+        TypeError: a keyword that is neither an alias nor a setting (the message lists them).
+        ValueError: an alias and its sentence-transformers spelling given different values.
+    """
+    keywords = dict(keywords)
+    changes = {}
+    for name, value in overrides.items():
+        if name in ALIASES:
+            other = ALIASES[name]
+            if value is not None and keywords.get(other) is not None and keywords[other] != value:
+                raise ValueError(f"{name}={value!r} and {other}={keywords[other]!r} disagree; give one of them")
+            if value is not None:
+                keywords[other] = value
+        elif name in SETTING_OVERRIDES:
+            if value is not None:
+                changes[name] = value
+        else:
+            raise TypeError(
+                f"encode() got an unexpected keyword argument {name!r}; besides sentence-transformers' keywords it "
+                f"takes the settings {list(SETTING_OVERRIDES)} and the spellings {list(ALIASES)}"
+            )
+    return keywords, changes

@@ -1,0 +1,254 @@
+"""``genembed.load``: where the model comes from (:mod:`.source`), which adapter and settings it gets,
+then :func:`~genembed.models.assemble.assemble`. ``model.save`` (:mod:`.save`) writes what this reads."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from ..backbone.default_model import MissingModelError
+from ..backbone.loading import BUNDLED, load_backbone
+from ..encoders.methods import method_for_pooling
+from ..encoders.settings import check_given, override_fields
+from ..model import GenerativeEmbedder
+from .adapters import (
+    adapter_name,
+    default_adapter,
+    is_shipped,
+    resolve_adapter,
+    resolve_generator,
+)
+from .assemble import assemble
+from .save import BACKBONE_SUBFOLDER, SETTINGS_FILE, calibration_digest, read_settings
+from .source import ModelSource, resolve_source
+from .trained_for import read_trained_for
+
+__all__ = ["load"]
+
+logger = logging.getLogger(__name__)
+
+# the settings genembed.json stores besides the encode section (restored on load)
+_SAVED_EXTRAS = ("prompts", "default_prompt_name", "similarity_fn_name")
+
+
+def load(
+    model: str | os.PathLike | None = None,
+    adapter: str | os.PathLike | None | bool = None,
+    dtype: str = "auto",
+    device: str = "auto",
+    *,
+    method: str | None = None,
+    steps: int | str | None = None,
+    tau: float | None = None,
+    attention: str | None = None,
+    prompt_format: str | None = None,
+    pooling: str | None = None,
+    max_length: int | None = None,
+    truncate_dim: int | None = None,
+    center: bool | None = None,
+    generation_adapter: str | os.PathLike | bool | None = None,
+    local_files_only: bool = False,
+    device_map: Any = None,
+    quantization: str | None = None,
+) -> GenerativeEmbedder:
+    """Load a model for embedding (and generation, reranking, RAG).
+
+    >>> model = genembed.load(method="mean", steps=3)   # settings by the names genembed.json stores
+    >>> model.save("my-model")                           # writes what the model holds
+    >>> genembed.load("my-model").method
+    'mean'
+
+    Args:
+        model: None for the bundled default (SmolLM2-135M-Instruct; never downloaded), a folder
+            written by ``model.save`` (its ``genembed.json`` restores the settings), a local HF folder,
+            a ``.gguf`` file, or a hub id: a published checkpoint of
+            :data:`genembed.models.published.PUBLISHED` (``"GritLM/GritLM-7B"``,
+            ``"Roytsai27/GIRCSE-QWEN7B"``, ...: loaded with its authors' method, K, temperature, prompt
+            format and instructions, centering off), a LoRA adapter repo (loaded on the base model its
+            ``adapter_config.json`` names), a saved model or a plain HF model. A hub id comes from the
+            local HF cache, downloaded into it when missing (progress bar, resumable) unless
+            ``local_files_only`` or ``HF_HUB_OFFLINE=1``. (:mod:`genembed.models.source`.)
+        adapter: a LoRA adapter folder (as written by ``genembed train``), the name of an adapter
+            shipped for the bundled backbone (:data:`~genembed.models.adapters.SHIPPED_ADAPTERS`:
+            ``"gircse"``, ``"joint"``; a local folder of that name wins), or a hub id of an adapter
+            (downloaded like a model). None: the shipped GIRCSE adapter when ``model`` is the bundled
+            default, a saved model's own adapter, a published or adapter repo's own adapter, none for
+            any other model. False: none (the raw backbone). An adapter trained with a next-token loss
+            too (see :func:`~genembed.models.adapters.trained_for_generation`; the shipped ``"joint"``)
+            is used for generation as well (``model.generation_adapter = True``); an embedding-only
+            adapter, like the shipped default, only for embedding. What the adapter was trained for is
+            read from its saved training config (``model.trained_for``,
+            :mod:`genembed.models.trained_for`); ``encode`` warns when asked for another method or
+            attention.
+        dtype: ``"auto"`` (default: bfloat16 where the device computes it natively, such as CPUs with
+            AVX512-BF16 or AMX, else float32; see :func:`genembed.backbone.default_dtype`; the
+            environment variable ``GENEMBED_DTYPE`` overrides it), ``"float32"``, ``"bfloat16"`` or
+            ``"float16"``.
+        device: ``"auto"`` (default: CUDA, then Apple MPS, then the CPU; with several GPUs, a model
+            too large for the first is spread over all of them), or a torch device such as ``"cpu"``
+            or ``"cuda:0"``.
+        method, steps, tau, attention, prompt_format, max_length, truncate_dim: the model's settings,
+            by the names ``genembed.json`` stores and the model holds (``model.method``, ...; see
+            :meth:`~genembed.GenerativeEmbedder.encode`). None: the saved model's or published
+            checkpoint's, else genembed's defaults. A method other than the source's brings its own
+            attention and prompt format unless given. Checked here, before anything loads.
+        pooling: ``"soft_tokens"``, ``"mean"`` or ``"last"``: another way to name the method, which
+            decides the pooling (:func:`~genembed.encoders.methods.method_for_pooling`; not stored of
+            its own).
+        center: per-instruction centering in ``encode`` by default (see
+            :mod:`genembed.encoders.centering`). None: by the rule of
+            :func:`~genembed.models.assemble.centering` (a saved model: as saved; a published
+            checkpoint: off; on with a shipped adapter and with any adapter that stores centers beside
+            its weights, whose centers are then used, so their instructions cost no calibration
+            encode; off otherwise).
+        generation_adapter: the weights chat, reranking, RAG answers and stored KV states use. None: as
+            above (the adapter when it was trained for generation too, else the base weights; a saved
+            model: as it was saved). True / False: the embedding adapter / the base weights. A folder or
+            shipped adapter name: a second LoRA adapter loaded beside the embedding one and used for
+            generation only (``model.generation_adapter == "generation"``); embeddings do not change.
+        local_files_only: never download; a model missing from the HF cache fails at once.
+        device_map: accelerate's placement of the layers over devices (``"auto"``: over all GPUs).
+        quantization: ``"4bit"`` or ``"8bit"``: bitsandbytes weights on a CUDA GPU
+            (``pip install "genembed[quant]"``).
+
+    Raises:
+        ValueError: a bad setting (an unknown method, K < 1, ...: the message names it and the valid
+            choices), or a saved model's ``genembed.json`` is malformed (the message names the field).
+        MissingModelError: the model or adapter is not on disk and cannot be downloaded (offline, not
+            found, gated); the message names it and says how to get it.
+        InsufficientMemoryError: a CPU load whose weights will not fit in the available memory.
+        DamagedFileError: a file of the adapter is truncated or damaged (the message names it).
+    """
+    given = {"method": method_for_pooling(pooling, method), "steps": steps, "tau": tau, "attention": attention}
+    given |= {"prompt_format": prompt_format, "max_length": max_length}
+    check_given(**given)
+    if center is not None and not isinstance(center, bool):
+        raise ValueError(f"center must be True, False or None, got {center!r}")
+    if truncate_dim is not None:
+        given["truncate_dim"] = truncate_dim  # checked by the model
+    options = {"dtype": dtype, "device": device, "local_files_only": local_files_only}
+    options |= {"device_map": device_map, "quantization": quantization}
+    source = resolve_source(model, local_files_only)
+    generator, generates = resolve_generator(generation_adapter, local_files_only)
+    if source.kind == "saved":
+        assert source.folder is not None
+        return _load_saved(source.folder, adapter, given, center, generator, generates, options)
+    backbone = load_backbone(source.backbone, **options)
+    if source.own_adapter and isinstance(source.backbone, str):
+        backbone.name = source.backbone
+    path, name = _choose_adapter(source, adapter, local_files_only)
+    own: dict[str, Any] = {}  # genembed's defaults, unless the published table says otherwise
+    entry = source.entry
+    if entry is not None:
+        own = {"method": entry.method, "attention": entry.attention, "prompt_format": entry.prompt_format}
+        own |= {"prompts": entry.prompts(), "tau": entry.tau} | ({"steps": entry.steps} if entry.steps else {})
+    return assemble(
+        backbone,
+        adapter=path,
+        adapter_name=name,
+        settings=override_fields(own, given),
+        centers=path,  # centers written beside the adapter (make centers, model.save) belong to it
+        center=center,
+        published=entry is not None,
+        shipped=path is not None and is_shipped(path),
+        generator=generator,
+        generates=generates,
+    )
+
+
+def _choose_adapter(source: ModelSource, adapter: Any, local_files_only: bool) -> tuple[Path | None, str | None]:
+    """The embedding adapter's folder and name for a model that is not a saved one."""
+    if adapter is None:
+        if source.own_adapter:
+            return source.folder, source.name
+        adapter = default_adapter() if source.kind == "bundled" else None
+    if adapter is None or adapter is False:
+        return None, None
+    path = resolve_adapter(adapter, local_files_only)
+    return path, adapter_name(adapter, path)
+
+
+def _load_saved(
+    folder: Path,
+    adapter: Any,
+    given: dict[str, Any],
+    center: bool | None,
+    generator: Path | None,
+    generates: bool | None,
+    options: dict[str, Any],
+) -> GenerativeEmbedder:
+    """A folder written by ``model.save``: its backbone, adapter and settings, the caller's winning."""
+    from ..generation.adapters import GENERATION_ADAPTER
+
+    settings = read_settings(folder)
+    where = folder / SETTINGS_FILE
+    backbone = _saved_backbone(folder, settings, options)
+    saved_adapter = (folder / "adapter_config.json").is_file()
+    path, name = None, None
+    if adapter is None and saved_adapter:
+        path, name = folder, settings.get("adapter") or folder.name
+    elif adapter is not None and adapter is not False:
+        path = resolve_adapter(adapter, options["local_files_only"])
+        name = adapter_name(adapter, path)
+    own = path == folder
+    if own:  # the saved model's own adapter: it generates as it was saved
+        joint = settings.get("generation_adapter") is True
+    else:
+        trained_for = read_trained_for(path) if path is not None else None
+        joint = bool(trained_for and trained_for.generation)
+    saved_generator = folder / GENERATION_ADAPTER
+    generator_name = None
+    if generator is None and generates is None and (saved_generator / "adapter_config.json").is_file():
+        generator, generator_name = saved_generator, settings.get("generation_adapter_name")
+        generates = GENERATION_ADAPTER if settings.get("generation_adapter") == GENERATION_ADAPTER else joint
+    elif generator is None and generates is None:
+        generates = joint
+    encode = {key: value for key, value in settings["encode"].items() if key != "center"}
+    extra = {key: settings[key] for key in _SAVED_EXTRAS if key in settings}
+    model = assemble(
+        backbone,
+        adapter=path,
+        adapter_name=name,
+        settings=override_fields(encode, given) | extra,
+        # the saved weights' centers (its own adapter, or no adapter at all), else the other adapter's
+        centers=folder if own or (path is None and not saved_adapter) else path,
+        center=center,
+        saved_center=settings["encode"]["center"],
+        generator=generator,
+        generator_name=generator_name,
+        generates=generates,
+        where=str(where),
+    )
+    digest = settings.get("calibration_sha256")
+    if model.center and digest and digest != calibration_digest():
+        logger.warning(
+            "%s was saved with other calibration texts than this genembed's: centered embeddings will differ", where
+        )
+    return model
+
+
+def _saved_backbone(folder: Path, settings: dict[str, Any], options: dict[str, Any]) -> Any:
+    """The backbone ``genembed.json`` names (``backbone.source``), named as it was saved.
+
+    Raises:
+        MissingModelError: it cannot be loaded (the message says how to keep it in the folder).
+    """
+    recorded = settings["backbone"]["source"]
+    source: str | Path | None = recorded
+    if recorded == BUNDLED:
+        source = None
+    elif recorded == f"{BACKBONE_SUBFOLDER}/":
+        source = folder / BACKBONE_SUBFOLDER
+    elif recorded.startswith(("./", "../")):  # a local backbone saved with save_backbone=False
+        source = folder / recorded
+    try:
+        backbone = load_backbone(source, **options)
+    except MissingModelError as exc:
+        raise MissingModelError(
+            f"{folder / SETTINGS_FILE}: backbone.source {recorded!r} cannot be loaded ({exc}); "
+            "save with save_backbone=True to keep the weights in the folder"
+        ) from exc
+    backbone.name = settings["backbone"]["name"]
+    return backbone
