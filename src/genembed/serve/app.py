@@ -98,7 +98,8 @@ def create_app(model: Any, settings: ServeSettings | None = None) -> FastAPI:
     @app.exception_handler(QueueFullError)
     async def _queue_full(request: Request, exc: QueueFullError) -> JSONResponse:
         body = error_body(429, f"server busy: {exc}; retry later", code="queue_full")
-        return JSONResponse(body, status_code=429, headers={"Retry-After": "1"})
+        retry_after = getattr(exc, "retry_after", 1)  # a centring queue knows how long its work takes
+        return JSONResponse(body, status_code=429, headers={"Retry-After": str(retry_after)})
 
     @app.exception_handler(BatcherClosedError)
     async def _closing(request: Request, exc: BatcherClosedError) -> JSONResponse:

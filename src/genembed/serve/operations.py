@@ -29,6 +29,9 @@ async def health(state: ServingState = Depends(get_state)) -> Health:
         batches=batcher.batches if batcher else 0,
         batched_requests=batcher.batched_requests if batcher else 0,
         largest_batch=batcher.largest_batch if batcher else 0,
+        centering_instructions=state.centers.active if state.centers else 0,
+        queued_centering=state.centers.waiting if state.centers else 0,
+        background_batches=batcher.background_batches if batcher else 0,
     )
 
 

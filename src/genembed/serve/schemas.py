@@ -439,6 +439,9 @@ class Health(BaseModel):
     batches: int
     batched_requests: int
     largest_batch: int
+    centering_instructions: int = Field(0, description="New instructions whose center is being computed now.")
+    queued_centering: int = Field(0, description="New instructions waiting for their center to be computed.")
+    background_batches: int = Field(0, description="Batches of calibration texts run (centring new instructions).")
 
 
 class Info(BaseModel):

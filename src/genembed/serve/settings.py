@@ -49,6 +49,10 @@ class ServeSettings:
     # with the model or computed at start-up); a request's own instruction is then embedded uncentered
     center_named_only: bool = False
     center_cache_size: int = DEFAULT_CACHE_SIZE  # centers of other instructions kept in memory (LRU)
+    # the centring budget (genembed.serve.centers): new instructions centred at once, and how many more
+    # wait for their turn before a request with yet another one is answered 429 with Retry-After
+    max_centering: int = 1
+    max_centering_queue: int = 8
 
     def __post_init__(self) -> None:
         for name in (
@@ -64,14 +68,15 @@ class ServeSettings:
             "max_new_tokens",
             "default_max_new_tokens",
             "max_prompt_tokens",
+            "max_centering",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"ServeSettings.{name} must be a positive int, got {value!r}")
-        if isinstance(self.center_cache_size, bool) or not isinstance(self.center_cache_size, int):
-            raise ValueError(f"ServeSettings.center_cache_size must be an int >= 0, got {self.center_cache_size!r}")
-        if self.center_cache_size < 0:
-            raise ValueError(f"ServeSettings.center_cache_size must be an int >= 0, got {self.center_cache_size!r}")
+        for name in ("center_cache_size", "max_centering_queue"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"ServeSettings.{name} must be an int >= 0, got {value!r}")
         if self.default_steps > self.max_steps:
             raise ValueError(f"default_steps ({self.default_steps}) exceeds max_steps ({self.max_steps})")
         if self.default_max_new_tokens > self.max_new_tokens:
