@@ -64,7 +64,16 @@ def _utf8(text: str) -> str:
     return text
 
 
+def _not_empty(text: str) -> str:
+    if not text:
+        raise ValueError("an empty input has nothing to embed; send at least one character")
+    return text
+
+
 Text = Annotated[str, AfterValidator(_utf8)]
+# `input: ""` is a mistake (nothing to embed); an empty item of a list is a text like any other (an
+# empty document of a corpus still gets its vector, from the prompt template and instruction)
+InputText = Annotated[str, AfterValidator(_utf8), AfterValidator(_not_empty)]
 ModelName = Annotated[str | None, Field(description="Accepted and ignored: the server serves one model.")]
 TokenId = Annotated[int, Field(ge=0)]
 TokenIds = Annotated[list[TokenId], Field(min_length=1)]
@@ -105,7 +114,10 @@ _INPUT_TYPE = (
 
 class EmbeddingRequest(_Request):
     input: (
-        Text | Annotated[list[Text], Field(min_length=1)] | TokenIds | Annotated[list[TokenIds], Field(min_length=1)]
+        InputText
+        | Annotated[list[Text], Field(min_length=1)]
+        | TokenIds
+        | Annotated[list[TokenIds], Field(min_length=1)]
     ) = Field(
         description="One text, a list of texts, or token ids (one list, or a list of lists) of the served "
         "model's tokenizer (or of the server's --token-encoding); each gives one embedding, in order."
@@ -125,7 +137,11 @@ class EmbeddingRequest(_Request):
             description="Jina: `retrieval.query` embeds with the `query` instruction, `retrieval.passage` with none.",
         )
     )
-    steps: int | None = Field(None, ge=1, description="genembed: GIRCSE soft tokens K (server default if unset).")
+    steps: Annotated[int, Field(ge=1)] | Literal["auto"] | None = Field(
+        None,
+        description="genembed: GIRCSE soft tokens K, or `auto` to stop each text once its embedding settles (at most "
+        "the server's max_steps); server default if unset.",
+    )
 
 
 class EmbeddingData(BaseModel):
