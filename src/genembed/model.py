@@ -475,7 +475,9 @@ class GenerativeEmbedder:
             instruction: task description opening the prompt, e.g. "Given a scientific claim, retrieve
                 documents that support or refute the claim." (default: a generic relevance instruction).
             batch_size: documents per forward pass (default 8).
-            max_length: document tokens kept (default 512).
+            max_length: document tokens kept (default 512): a longer document is cut from its end and
+                scored on what is left, as Cohere's and Jina's rerank APIs do; none is refused. The query
+                is cut to its first 256 tokens.
             scoring: ``"query_likelihood"`` (default) or ``"yes_no"`` (above).
 
         Returns:

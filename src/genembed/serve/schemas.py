@@ -260,6 +260,12 @@ _SCORING = (
 )
 
 
+_TRUNCATION = (
+    "`true` (default, as Cohere and Jina do): a document too long for the server's max_input_tokens with the "
+    "query is cut from its end to fit; `false`: such a document is refused with 413."
+)
+
+
 class RerankRequest(_Request):
     query: Query
     documents: Annotated[list[Text | RerankDocument], Field(min_length=1)]
@@ -268,6 +274,7 @@ class RerankRequest(_Request):
     return_documents: bool = Field(True, description="Include each document's text in its result.")
     instruction: Text | None = Field(None, description="genembed: the relevance task, e.g. for reranking prompts.")
     scoring: Scoring | None = Field(None, description=_SCORING)
+    truncation: bool = Field(True, description=_TRUNCATION)
 
 
 class RerankResult(BaseModel):
@@ -292,9 +299,15 @@ class V2RerankRequest(_Request):
     query: Query
     documents: Annotated[list[Text], Field(min_length=1)]
     top_n: int | None = Field(None, ge=1, description="Return only the n most relevant documents.")
-    max_tokens_per_doc: int | None = Field(None, ge=1, description="Documents are cut to this many tokens.")
+    max_tokens_per_doc: int | None = Field(
+        None,
+        ge=1,
+        description="Documents are cut to this many tokens (and, with `truncation`, to what fits the server's "
+        "max_input_tokens with the query).",
+    )
     instruction: Text | None = Field(None, description="genembed: the relevance task, e.g. for reranking prompts.")
     scoring: Scoring | None = Field(None, description=_SCORING)
+    truncation: bool = Field(True, description=_TRUNCATION)
 
 
 class V2RerankResult(BaseModel):
@@ -313,6 +326,7 @@ class MetaTokens(BaseModel):
 class V2RerankMeta(BaseModel):
     api_version: ApiVersion
     tokens: MetaTokens
+    warnings: list[str] | None = Field(None, description="What the server did that the request did not ask for.")
 
 
 class V2RerankResponse(BaseModel):
