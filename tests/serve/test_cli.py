@@ -101,6 +101,7 @@ def test_serve_subprocess_answers_and_stops_on_sigterm(tmp_path, tiny):
         assert proc.wait(timeout=60) in (0, -signal.SIGTERM)
         output = log.read_text()
         assert f"serving tiny-llama-0 on http://127.0.0.1:{port}" in output
+        assert "generating with tiny-llama-0 (base weights)" in output and "note:" not in output  # no adapter
         assert "Shutting down" in output and "Finished server process" in output
     finally:
         if proc.poll() is None:

@@ -20,6 +20,7 @@ from ._common import (
     max_new_tokens_option,
     rerank_top_option,
     sampling_options,
+    say_generation_weights,
     top_option,
 )
 
@@ -99,6 +100,7 @@ def ask(
         fail(str(exc))
     ref = index.manifest["model"].get("ref", {})
     loaded = load_index_model(ref, model, adapter, generator, dtype, device)
+    say_generation_weights(loaded)
     console = Console(width=140)
     console.print(f"[bold]Q:[/bold] {question}")
     console.print("[bold]A:[/bold] ", end="")

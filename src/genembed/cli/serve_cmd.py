@@ -22,6 +22,7 @@ from ._common import (
     StepsOpt,
     fail,
     load_model,
+    say_generation_weights,
 )
 
 _LIMITS = "Limits and batching"
@@ -164,6 +165,7 @@ def serve(
         f"serving {settings.model_id or loaded.name} on http://{shown}:{port} "
         f"(device {loaded.device}; page at /, API docs at /docs)"
     )
+    say_generation_weights(loaded)
     run_server(app, host=host, port=port, graceful_timeout=graceful_timeout, log_level=log_level)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 
+from ..generation.adapters import base_weights_note
 from ..generation.rerank import SCORINGS
 from .errors import error_responses
 from .instructions import INPUT_TYPES, TASKS
@@ -75,6 +76,8 @@ async def info(state: ServingState = Depends(get_state)) -> Info:
             "max_new_tokens": s.max_new_tokens,
             "max_prompt_tokens": s.max_prompt_tokens,
         },
+        generation_weights=state.model.generation_weights,
+        generation_note=base_weights_note(state.model),
     )
 
 

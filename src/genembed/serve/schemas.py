@@ -490,3 +490,7 @@ class Info(BaseModel):
     device: str
     dtype: str
     limits: dict[str, int]
+    generation_weights: str = Field(description="The weights chat and rerank run on (backbone, adapter).")
+    generation_note: str | None = Field(
+        None, description="Set when chat replies come from the raw backbone weights while an adapter is loaded."
+    )
