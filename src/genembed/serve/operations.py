@@ -11,6 +11,7 @@ from ..generation.rerank import SCORINGS
 from .errors import error_responses
 from .instructions import INPUT_TYPES, TASKS
 from .schemas import Health, Info, RerankUsage, TokenizeData, TokenizeRequest, TokenizeResponse
+from .settings import LIMITS
 from .state import ServingState, get_state
 
 __all__ = ["keyed", "public"]
@@ -69,13 +70,7 @@ async def info(state: ServingState = Depends(get_state)) -> Info:
         default_rerank_scoring=s.rerank_scoring,
         device=str(state.model.device),
         dtype=str(state.model.backbone.model.dtype).removeprefix("torch."),
-        limits={
-            "max_inputs": s.max_inputs,
-            "max_input_tokens": s.max_input_tokens,
-            "max_request_tokens": s.max_request_tokens,
-            "max_new_tokens": s.max_new_tokens,
-            "max_prompt_tokens": s.max_prompt_tokens,
-        },
+        limits={name: getattr(s, name) for name in (*LIMITS, "max_centering", "max_centering_queue")},
         generation_weights=state.model.generation_weights,
         generation_note=base_weights_note(state.model),
     )

@@ -71,7 +71,8 @@ class ServingState:
         # two threads at once, so the event loop counts tokens with its own copy.
         self.tokenizer = copy.deepcopy(model.backbone.tokenizer)
         self.instructions = named_instructions(model, settings.instructions)
-        center_cache(model.backbone).max_size = settings.center_cache_size
+        if settings.center_cache_size is not None:
+            center_cache(model.backbone).max_size = settings.center_cache_size
         self.token_decoder = TokenDecoder(self.tokenizer, settings.token_encoding)
         self.metrics = ServeMetrics()
         self.metrics.watch_queues(lambda: self.batcher.queued if self.batcher else 0, lambda: self.worker.active)
