@@ -13,7 +13,6 @@ import typer
 
 from ._common import (
     AdapterOpt,
-    CenterOpt,
     DeviceOpt,
     DtypeOpt,
     GeneratorOpt,
@@ -45,13 +44,12 @@ def chat(
     generator: GeneratorOpt = None,
     dtype: DtypeOpt = "auto",
     device: DeviceOpt = "auto",
-    center: CenterOpt = None,
 ) -> None:
     """Chat with the model in the terminal (replies stream as they are generated)."""
     from genembed.generation.adapters import BaseWeightsWarning
 
     sampling = sampling_options(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
-    loaded = load_model(model, adapter, dtype, center, device, generator)
+    loaded = load_model(model, adapter, dtype, device=device, generator=generator)
     say_generation_weights(loaded)
     messages: list[dict] = [{"role": "system", "content": system}] if system else []
 

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from ._common import AdapterOpt, DeviceOpt, DtypeOpt, ModelOpt, load_model
+from ._common import AdapterOpt, DeviceOpt, DtypeOpt, ModelOpt, load_model, out_option
 
 
 def mteb_eval(
@@ -30,7 +30,7 @@ def mteb_eval(
         str | None, typer.Option("--tasks", help="comma-separated MTEB task names (instead of a benchmark)")
     ] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="texts per forward pass")] = 32,
-    out: Annotated[Path, typer.Option("--out", "-o", help="mteb's result folder")] = Path("mteb-results"),
+    out: Annotated[Path, out_option("folder mteb writes its results to")] = Path("mteb-results"),
     dtype: DtypeOpt = "auto",
     device: DeviceOpt = "auto",
 ) -> None:

@@ -36,11 +36,11 @@ def _default(name: str) -> Any:
     return getattr(ServeSettings, name)
 
 
-def _limit(name: str, help: str, *, min: int = 1) -> Any:
-    """``--NAME``, a whole-number setting of ServeSettings, under "Limits and batching" in --help; None
-    (not given) keeps the settings' default, which the help states."""
+def _limit(name: str, help: str, *, min: int = 1, option: str | None = None) -> Any:
+    """``--NAME`` (or ``option``), a whole-number setting of ServeSettings, under "Limits and batching" in
+    --help; None (not given) keeps the settings' default, which the help states."""
     return typer.Option(
-        f"--{name.replace('_', '-')}",
+        option or f"--{name.replace('_', '-')}",
         min=min,
         help=f"{help} (default {_default(name)})",
         show_default=False,
@@ -81,8 +81,14 @@ def serve(
     max_inputs: Annotated[
         int | None, _limit("max_inputs", "texts per embeddings request / documents per rerank")
     ] = None,
-    max_input_tokens: Annotated[
-        int | None, _limit("max_input_tokens", "tokens per prompt (text + instruction + template)")
+    max_length: Annotated[
+        int | None,
+        _limit(
+            "max_input_tokens",
+            "tokens per prompt (text + instruction + template): a longer input is refused (413) unless the API "
+            "cuts it (Cohere truncate, rerank); max_input_tokens in /info and errors",
+            option="--max-length",
+        ),
     ] = None,
     max_request_tokens: Annotated[int | None, _limit("max_request_tokens", "prompt tokens per request")] = None,
     max_batch_tokens: Annotated[int | None, _limit("max_batch_tokens", "micro-batch token budget")] = None,
@@ -90,7 +96,9 @@ def serve(
         int | None, _limit("max_batch_requests", "requests per micro-batch (1 = no batching)")
     ] = None,
     max_queue: Annotated[int | None, _limit("max_queue", "waiting requests before answering 429")] = None,
-    max_new_tokens: Annotated[int | None, _limit("max_new_tokens", "chat: highest max_tokens")] = None,
+    max_new_tokens: Annotated[
+        int | None, _limit("max_new_tokens", "chat: the most tokens per reply a request may ask for (max_tokens)")
+    ] = None,
     max_prompt_tokens: Annotated[
         int | None, _limit("max_prompt_tokens", "chat: tokens of the formatted conversation")
     ] = None,
@@ -168,7 +176,7 @@ def serve(
         "port": port,
         "max_steps": max_steps,
         "max_inputs": max_inputs,
-        "max_input_tokens": max_input_tokens,
+        "max_input_tokens": max_length,
         "max_request_tokens": max_request_tokens,
         "max_batch_tokens": max_batch_tokens,
         "max_batch_requests": max_batch_requests,
