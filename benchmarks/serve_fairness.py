@@ -70,10 +70,13 @@ async def _phase(url: str, plain: list[list[str]], fresh: list[str], interval: f
     async def one_fresh(http: httpx.AsyncClient, i: int, text: str) -> None:
         start = time.perf_counter()
         body = {"input": text, "instruction": fresh_instruction(i), "encoding_format": "base64"}
-        response = await http.post("/v1/embeddings", json=body)
-        fresh_results.append((response.status_code, (time.perf_counter() - start) * 1000))
+        try:
+            status = (await http.post("/v1/embeddings", json=body)).status_code
+        except httpx.TimeoutException:
+            status = 0  # gave up waiting (counted apart)
+        fresh_results.append((status, (time.perf_counter() - start) * 1000))
 
-    async def fresh_client(http: httpx.AsyncClient, stop: asyncio.Event) -> None:
+    async def fresh_client(http: httpx.AsyncClient, stop: asyncio.Event) -> int:
         sent: list[asyncio.Task] = []
         for i, text in enumerate(fresh):
             if stop.is_set():
@@ -81,7 +84,12 @@ async def _phase(url: str, plain: list[list[str]], fresh: list[str], interval: f
             sent.append(asyncio.create_task(one_fresh(http, first + i, text)))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=interval)
-        await asyncio.gather(*sent)  # the next phase starts with no centring work left
+        # the phase is over: requests still waiting for their centers are abandoned (not counted); the
+        # server finishes the centring it accepted, which run() waits out before the next phase
+        for task in sent:
+            task.cancel()
+        await asyncio.gather(*sent, return_exceptions=True)
+        return len(sent)
 
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
     async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as http:
@@ -89,9 +97,8 @@ async def _phase(url: str, plain: list[list[str]], fresh: list[str], interval: f
         background = asyncio.create_task(fresh_client(http, stop)) if fresh else None
         await plain_client(http)
         stop.set()
-        if background is not None:
-            await background
-    return {"plain_ms": plain_ms, "fresh": fresh_results}
+        sent = await background if background is not None else 0
+    return {"plain_ms": plain_ms, "fresh": fresh_results, "fresh_sent": sent}
 
 
 def percentiles(values: list[float]) -> dict:
@@ -116,11 +123,14 @@ def summarize(runs: dict[str, list[dict]]) -> dict:
         out[condition] = {"plain": percentiles(plain)}
         if condition == "stream":
             answered = [ms for status, ms in fresh if status == 200]
+            sent = sum(p["fresh_sent"] for p in phases)
             out[condition]["new_instructions"] = {
-                "sent": len(fresh),
+                "sent": sent,
                 "answered": len(answered),
                 "refused_429": sum(status == 429 for status, _ in fresh),
-                "other": sum(status not in (200, 429) for status, _ in fresh),
+                "timed_out": sum(status == 0 for status, _ in fresh),
+                "other": sum(status not in (0, 200, 429) for status, _ in fresh),
+                "unanswered_at_phase_end": sent - len(fresh),
                 **{k: v for k, v in percentiles(answered).items() if k != "requests"},
             }
     idle, stream = out["idle"]["plain"], out["stream"]["plain"]
@@ -149,9 +159,22 @@ def markdown(report: dict) -> str:
     n = s["stream"]["new_instructions"]
     lines.append(
         f"New instructions: {n['sent']} sent, {n['answered']} answered (p50 {n.get('p50_ms')} ms, p99 "
-        f"{n.get('p99_ms')} ms), {n['refused_429']} refused with 429 (centring budget), {n['other']} other."
+        f"{n.get('p99_ms')} ms), {n['refused_429']} refused with 429 (centring budget), "
+        f"{n['unanswered_at_phase_end']} still waiting when the plain client was done, {n['timed_out']} timed out, "
+        f"{n['other']} other."
     )
     return "\n".join(lines) + "\n"
+
+
+def _drain(server: Server, timeout: float = 3600) -> float:
+    """Wait until the server centres nothing and queues no centring; the seconds it took."""
+    start = time.perf_counter()
+    while time.perf_counter() - start < timeout:
+        health = server.health()
+        if not health["centering_instructions"] and not health["queued_centering"]:
+            return round(time.perf_counter() - start, 1)
+        time.sleep(0.5)
+    raise RuntimeError(f"the server was still centring after {timeout} s")
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -171,7 +194,8 @@ def run(args: argparse.Namespace) -> dict:
                 offset += per_phase * args.plain_texts
                 fresh = sentences[::-1][used:] if condition == "stream" else []
                 result = asyncio.run(_phase(server.url, plain, fresh, args.interval, first=used))
-                used += len(result["fresh"])
+                used += result["fresh_sent"]
+                result["drain_s"] = _drain(server)  # the centring it accepted, before the next phase
                 runs[condition].append(result)
                 print(condition, json.dumps(percentiles(result["plain_ms"])), flush=True)
             health = server.health()

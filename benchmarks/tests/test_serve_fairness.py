@@ -19,15 +19,18 @@ def fairness():
 
 def test_summary_compares_the_plain_clients_percentiles_and_counts_refusals(fairness):
     runs = {
-        "idle": [{"plain_ms": [10.0] * 99 + [20.0], "fresh": []}],
-        "stream": [{"plain_ms": [15.0] * 99 + [30.0], "fresh": [(200, 900.0), (429, 2.0), (200, 1100.0)]}],
+        "idle": [{"plain_ms": [10.0] * 99 + [20.0], "fresh": [], "fresh_sent": 0}],
+        "stream": [
+            {"plain_ms": [15.0] * 99 + [30.0], "fresh": [(200, 900.0), (429, 2.0), (200, 1100.0)], "fresh_sent": 5}
+        ],
     }
     summary = fairness.summarize(runs)
     assert summary["idle"]["plain"]["p50_ms"] == 10.0 and summary["stream"]["plain"]["p50_ms"] == 15.0
     assert summary["p50_ratio"] == 1.5
     assert summary["p99_ratio"] == round(summary["stream"]["plain"]["p99_ms"] / summary["idle"]["plain"]["p99_ms"], 2)
     fresh = summary["stream"]["new_instructions"]
-    assert (fresh["sent"], fresh["answered"], fresh["refused_429"], fresh["other"]) == (3, 2, 1, 0)
+    assert (fresh["sent"], fresh["answered"], fresh["refused_429"], fresh["other"]) == (5, 2, 1, 0)
+    assert fresh["unanswered_at_phase_end"] == 2 and fresh["timed_out"] == 0
     assert fresh["p50_ms"] == 1000.0
     assert fairness.fresh_instruction(3) != fairness.fresh_instruction(11)  # each one new to the server
 

@@ -188,19 +188,20 @@ def test_background_batches_take_turns_with_client_batches_and_stay_small():
     assert batcher.batches == 3 and batcher.background_batches == 3
 
 
-def test_background_work_alone_runs_back_to_back_and_is_not_refused_by_a_full_queue():
+def test_background_work_alone_runs_back_to_back_in_growing_batches_and_is_not_refused_by_a_full_queue():
     rec = Recorder()
 
     async def go(batcher):
         rec.gate.clear()
-        background = await _submit_background(batcher, 3, cost=50)  # more than max_queue=1 and the budget
+        background = await _submit_background(batcher, 7, cost=50)  # more than max_queue=1
         assert batcher.queued_background >= 2
         rec.gate.set()
         return await asyncio.gather(*background)
 
-    rows = _run(_with_batcher(rec, go, max_queue=1))
-    assert [r[:, 0].tolist() for r in rows] == [[2], [2], [2]]
-    assert [texts for _, texts in rec.batches] == [["c0"], ["c1"], ["c2"]]  # one job each: no client batch yet
+    rows = _run(_with_batcher(rec, go, max_queue=1, max_batch_tokens=1000))
+    assert [r[:, 0].tolist() for r in rows] == [[2]] * 7
+    # one job (no client batch yet to size it by), then twice the tokens each time while no client waits
+    assert [texts for _, texts in rec.batches] == [["c0"], ["c1", "c2"], ["c3", "c4", "c5", "c6"]]
 
 
 def test_a_client_waits_for_one_background_batch_at_most():
@@ -222,7 +223,8 @@ def test_a_client_waits_for_one_background_batch_at_most():
     texts = [t for _, t in rec.batches]
     assert texts.index(["late"]) == 3  # x, big, one background batch, late
     assert texts[2] == [f"c{i}" for i in range(6)] and done == 6
-    assert sum(map(len, texts[4:])) == 24 and all(len(t) <= 6 for t in texts[4:])
+    after = [len(t) for t in texts[4:]]  # nobody waits any more: 20 tokens, then 40, 80 (8 jobs at most)
+    assert sum(after) == 24 and after[0] == 6 and after[1:] == [8, 8, 2]
 
 
 def test_close_finishes_background_work():

@@ -12,7 +12,11 @@ waits in a second queue and is batched the same way, with two rules that keep it
 - while clients wait, a background batch runs no more often than a client batch (they alternate);
 - a background batch holds at most ``background_share`` (half) of the tokens of the client batch
   before it, and at least one job. A client that arrives while background work runs waits for one
-  such batch, at most, before its own batch runs.
+  such batch, at most, before its own batch runs;
+- while no client waits, each further background batch may hold twice as many tokens as the one
+  before (up to ``max_batch_tokens``), so work that nobody competes with is not run in needlessly
+  small batches; the next client batch starts the doubling over. A client that arrives during such
+  a larger batch waits for it.
 
 A full queue refuses new requests (:class:`~genembed.serve.worker.QueueFullError`, HTTP 429);
 :meth:`EmbeddingBatcher.close` refuses new ones and finishes every accepted one (background work too).
@@ -61,8 +65,8 @@ class EmbeddingBatcher:
         max_batch_requests: requests per batch at most; 1 disables micro-batching.
         max_queue: waiting requests at most; more are refused with ``QueueFullError``.
         on_batch: called with ``(requests, texts)`` after each client batch that ran (metrics).
-        background_share: a background batch takes jobs while their summed cost fits this share of
-            the previous client batch's cost (always at least one job).
+        background_share: right after a client batch, a background batch takes jobs while their summed
+            cost fits this share of that batch's cost (always at least one job; see the module docstring).
     """
 
     def __init__(
@@ -87,6 +91,7 @@ class EmbeddingBatcher:
         self._background: deque[_Job] = deque()
         self._last_client_cost = 0  # cost of the latest client batch: sizes the background batches
         self._client_turn = True  # while both queues hold jobs, whose batch runs next
+        self._background_streak = 0  # background batches run since the latest client batch
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
         self.closing = False
@@ -148,11 +153,16 @@ class EmbeddingBatcher:
                 queue.popleft()
         if self._background and (not self._queue or not self._client_turn):
             self._client_turn = True
-            budget = int(self.background_share * self._last_client_cost)
+            # half the client batch before it; doubled for each background batch since, while no client
+            # waited (a lone new instruction is centred in a few large batches, not 64 small ones)
+            base = max(int(self.background_share * self._last_client_cost), self._background[0].cost)
+            budget = min(base << min(self._background_streak, 30), max(self.max_batch_tokens, base))
+            self._background_streak += 1
             return self._take(self._background, budget), False
         if not self._queue:
             return [], True
         self._client_turn = False
+        self._background_streak = 0
         batch = self._take(self._queue, self.max_batch_tokens)
         self._last_client_cost = sum(job.cost for job in batch)
         return batch, True

@@ -68,7 +68,7 @@ class ServeSettings:
     # the centring budget (genembed.serve.centers): new instructions centred at once, and how many more
     # wait for their turn before a request with yet another one is answered 429 with Retry-After
     max_centering: int = 1
-    max_centering_queue: int = 8
+    max_centering_queue: int = 2
 
     def __post_init__(self) -> None:
         for name in (*LIMITS, "default_steps", "encode_batch_size", "default_max_new_tokens", "max_centering"):
