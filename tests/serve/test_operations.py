@@ -184,3 +184,9 @@ def test_the_key_guards_the_api_but_not_probes(serve_tiny):
             assert ok.status_code == 200, (path, ok.text)
         assert httpx.get(s.url + "/metrics").status_code == 200
         assert httpx.get(s.url + "/health").status_code == 200
+
+
+def test_favicon_answers_without_an_icon(serve_tiny):
+    with serve_tiny(api_key="secret") as s:  # open like the page, which browsers load it for
+        response = httpx.get(s.url + "/favicon.ico")
+        assert response.status_code == 204 and response.content == b""
