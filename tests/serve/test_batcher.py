@@ -193,15 +193,15 @@ def test_background_work_alone_runs_back_to_back_in_growing_batches_and_is_not_r
 
     async def go(batcher):
         rec.gate.clear()
-        background = await _submit_background(batcher, 7, cost=50)  # more than max_queue=1
+        background = await _submit_background(batcher, 21, cost=50)  # more than max_queue=1
         assert batcher.queued_background >= 2
         rec.gate.set()
         return await asyncio.gather(*background)
 
-    rows = _run(_with_batcher(rec, go, max_queue=1, max_batch_tokens=1000))
-    assert [r[:, 0].tolist() for r in rows] == [[2]] * 7
-    # one job (no client batch yet to size it by), then twice the tokens each time while no client waits
-    assert [texts for _, texts in rec.batches] == [["c0"], ["c1", "c2"], ["c3", "c4", "c5", "c6"]]
+    rows = _run(_with_batcher(rec, go, max_queue=1, max_batch_tokens=1000, max_batch_requests=64))
+    assert [r[:, 0].tolist() for r in rows] == [[len(f"c{i}")] for i in range(21)]
+    # one job (no client batch yet to size it by), then four times the tokens each time while no client waits
+    assert [len(texts) for _, texts in rec.batches] == [1, 4, 16]
 
 
 def test_a_client_waits_for_one_background_batch_at_most():
@@ -223,8 +223,8 @@ def test_a_client_waits_for_one_background_batch_at_most():
     texts = [t for _, t in rec.batches]
     assert texts.index(["late"]) == 3  # x, big, one background batch, late
     assert texts[2] == [f"c{i}" for i in range(6)] and done == 6
-    after = [len(t) for t in texts[4:]]  # nobody waits any more: 20 tokens, then 40, 80 (8 jobs at most)
-    assert sum(after) == 24 and after[0] == 6 and after[1:] == [8, 8, 2]
+    after = [len(t) for t in texts[4:]]  # nobody waits any more: 20 tokens, then 80 (8 jobs at most)
+    assert sum(after) == 24 and after == [6, 8, 8, 2]
 
 
 def test_close_finishes_background_work():

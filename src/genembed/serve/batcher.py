@@ -13,9 +13,9 @@ waits in a second queue and is batched the same way, with two rules that keep it
 - a background batch holds at most ``background_share`` (half) of the tokens of the client batch
   before it, and at least one job. A client that arrives while background work runs waits for one
   such batch, at most, before its own batch runs;
-- while no client waits, each further background batch may hold twice as many tokens as the one
-  before (up to ``max_batch_tokens``), so work that nobody competes with is not run in needlessly
-  small batches; the next client batch starts the doubling over. A client that arrives during such
+- while no client waits, each further background batch may hold four times as many tokens as the
+  one before (up to ``max_batch_tokens``), so work that nobody competes with is not run in needlessly
+  small batches; the next client batch starts the growth over. A client that arrives during such
   a larger batch waits for it.
 
 A full queue refuses new requests (:class:`~genembed.serve.worker.QueueFullError`, HTTP 429);
@@ -153,10 +153,10 @@ class EmbeddingBatcher:
                 queue.popleft()
         if self._background and (not self._queue or not self._client_turn):
             self._client_turn = True
-            # half the client batch before it; doubled for each background batch since, while no client
-            # waited (a lone new instruction is centred in a few large batches, not 64 small ones)
+            # half the client batch before it; four times larger for each background batch since, while no
+            # client waited (a lone new instruction is centred in a few large batches, not 64 small ones)
             base = max(int(self.background_share * self._last_client_cost), self._background[0].cost)
-            budget = min(base << min(self._background_streak, 30), max(self.max_batch_tokens, base))
+            budget = min(base << min(2 * self._background_streak, 60), max(self.max_batch_tokens, base))
             self._background_streak += 1
             return self._take(self._background, budget), False
         if not self._queue:

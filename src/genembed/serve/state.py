@@ -175,9 +175,13 @@ class ServingState:
             instruction=key.instruction,
             show_progress_bar=False,
         )
-        center = key.center if isinstance(key, EmbedKey) else None
-        embeddings = apply_center(embeddings, center) if center is not None else embeddings.float()
-        return torch.nn.functional.normalize(embeddings, dim=-1).numpy()
+        if isinstance(key, CalibrationKey):  # a center is the mean of these, uncentered and whole
+            return torch.nn.functional.normalize(embeddings.float(), dim=-1).numpy()
+        if key.center is not None:
+            embeddings = apply_center(embeddings, key.center)
+        if self.model.truncate_dim:  # as model.encode does (then normalised)
+            embeddings = embeddings[..., : self.model.truncate_dim]
+        return torch.nn.functional.normalize(embeddings.float(), dim=-1).numpy()
 
     def text_costs(self, texts: list[str], instruction: str, steps: int | str) -> list[int]:
         """Tokens each text runs through the model (prompt and soft tokens): what a batch budgets."""
