@@ -4,6 +4,7 @@ generation modules, chats and reranks) with the same weights."""
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack
@@ -151,6 +152,14 @@ class GenerativeEmbedder:
         elif not isinstance(value, bool):
             raise TypeError(f"generation_adapter must be a bool or {GENERATION_ADAPTER!r}, got {type(value).__name__}")
         self._generation_adapter = value
+
+    @property
+    def generation_weights(self) -> str:
+        """The weights :meth:`generate`, :meth:`rerank` and RAG answers run on, in words (see
+        :attr:`generation_adapter`), e.g. ``"SmolLM2-135M-Instruct + adapter joint"``."""
+        from .generation.adapters import generation_weights_label
+
+        return generation_weights_label(self)
 
     @property
     def dim(self) -> int:
@@ -412,8 +421,10 @@ class GenerativeEmbedder:
         sampling: SamplingOptions | None = None,
         **options: Unpack[SamplingKwargs],
     ) -> str | Iterator[str]:
-        """Chat with the same weights that embed: the backbone's chat template (GritLM's format when the
-        model's ``prompt_format`` is ``"gritlm"``), causal attention.
+        """Chat with the weights :attr:`generation_weights` names (a jointly trained adapter generates with
+        the weights that embed; with an embedding-only adapter the raw backbone's weights reply): the
+        backbone's chat template (GritLM's format when the model's ``prompt_format`` is ``"gritlm"``),
+        causal attention.
 
         Args:
             messages_or_prompt: a user prompt, or a conversation ``[{"role": "user", "content": ...}, ...]``.
@@ -432,8 +443,18 @@ class GenerativeEmbedder:
 
         Raises:
             TypeError / ValueError: malformed messages (the message names the index and field) or settings.
+
+        Warns:
+            BaseWeightsWarning: the reply comes from the raw backbone's weights while an adapter is loaded
+                (an embedding-only adapter, like the shipped ``gircse``): load ``adapter="joint"`` for
+                better replies. :attr:`generation_weights` names the weights that generate.
         """
+        from .generation.adapters import BaseWeightsWarning, base_weights_note
         from .generation.chat import generate_pieces
+
+        note = base_weights_note(self)
+        if note is not None:
+            warnings.warn(note.removeprefix("note: "), BaseWeightsWarning, stacklevel=2)
 
         pieces = generate_pieces(
             self.backbone,
@@ -468,7 +489,9 @@ class GenerativeEmbedder:
             instruction: task description opening the prompt, e.g. "Given a scientific claim, retrieve
                 documents that support or refute the claim." (default: a generic relevance instruction).
             batch_size: documents per forward pass (default 8).
-            max_length: document tokens kept (default ``DEFAULT_MAX_LENGTH``, 512).
+            max_length: document tokens kept (default ``DEFAULT_MAX_LENGTH``, 512): a longer document is cut
+                from its end and scored on what is left, as Cohere's and Jina's rerank APIs do; none is
+                refused. The query is cut to its first 256 tokens.
             scoring: ``"query_likelihood"`` (default) or ``"yes_no"`` (above).
 
         Returns:

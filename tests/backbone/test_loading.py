@@ -21,8 +21,21 @@ def test_missing_gguf_file(tmp_path):
 
 
 def test_folder_without_config(tmp_path):
-    with pytest.raises(MissingModelError, match="no config.json"):
+    with pytest.raises(MissingModelError, match="no config.json: not a HF model folder"):
         load_backbone(tmp_path)
+
+
+def test_a_lora_folder_given_as_the_model_points_to_adapter(tmp_path, tiny):
+    from peft import LoraConfig, get_peft_model
+
+    import genembed
+
+    get_peft_model(tiny.model, LoraConfig(r=2, target_modules=["q_proj"])).save_pretrained(tmp_path / "lora")
+    with pytest.raises(MissingModelError) as caught:
+        genembed.load(tmp_path / "lora")
+    message = str(caught.value)
+    assert "holds a LoRA adapter (adapter_config.json)" in message
+    assert f"genembed.load(adapter={str(tmp_path / 'lora')!r})" in message and "--adapter" in message
 
 
 def test_uncached_hub_id_fails_fast_with_instructions(tmp_path, monkeypatch):

@@ -63,3 +63,34 @@ def test_generator_choice_spells_load_s_generation_adapter(spelling, expected):
 
     got = generator_choice(spelling)
     assert got == expected and type(got) is type(expected)
+
+
+def test_the_weights_that_generate_are_named_and_the_raw_backbone_noted(pair):
+    import warnings
+
+    from genembed.generation.adapters import BaseWeightsWarning, base_weights_note
+
+    base, adapted = pair
+    name = base.backbone.name
+    assert base.generation_weights == adapted.generation_weights == f"{name} (base weights)"
+    assert base_weights_note(base) is None  # no adapter: the backbone is all there is
+    note = base_weights_note(adapted)
+    assert "raw backbone weights (adapter test-lora is trained for embeddings only)" in note
+    assert '--adapter joint (genembed.load(adapter="joint"))' in note
+    with pytest.warns(BaseWeightsWarning, match="adapter test-lora is trained for embeddings only"):
+        adapted.generate(PROMPT, max_new_tokens=2)
+    adapted.generation_adapter = True  # what a default that generates with its own adapter does
+    assert adapted.generation_weights == f"{name} + adapter test-lora" and base_weights_note(adapted) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BaseWeightsWarning)
+        adapted.generate(PROMPT, max_new_tokens=2)
+        base.generate(PROMPT, max_new_tokens=2)
+
+
+def test_a_jointly_trained_adapter_switched_off_is_pointed_back_to(pair):
+    from genembed.generation.adapters import base_weights_note
+    from genembed.models.trained_for import TrainedFor
+
+    _, adapted = pair
+    adapted.trained_for = TrainedFor(method="gircse", attention="causal", generation=True, config="joint.yaml")
+    assert "--generator adapter" in base_weights_note(adapted)

@@ -70,3 +70,27 @@ def test_generator_option_chats_with_a_generation_adapter(saved, tmp_path):
     assert result.stdout == expected + "\n"
     result = runner.invoke(app, [*prompt, "--generator", str(tmp_path / "missing")])
     assert result.exit_code == 2 and "generation adapter folder" in result.output
+
+
+def test_chat_names_the_weights_that_generate_and_notes_the_raw_backbone(saved, tmp_path):
+    import copy
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    path, model = saved
+    prompt = ["chat", "--model", path, "--prompt", "Hi", "--max-new-tokens", "2"]
+    plain = runner.invoke(app, prompt)
+    assert plain.exit_code == 0, plain.output
+    assert f"generating with {model.backbone.name} (base weights)" in plain.stderr and "note:" not in plain.stderr
+    torch.manual_seed(0)
+    config = LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj"], init_lora_weights=False)
+    get_peft_model(copy.deepcopy(model.backbone.model), config).save_pretrained(tmp_path / "emb")
+    adapted = runner.invoke(app, [*prompt, "--adapter", str(tmp_path / "emb")])
+    assert adapted.exit_code == 0, adapted.output
+    lines = adapted.stderr.splitlines()
+    assert sum("note: replies come from the raw backbone weights" in line for line in lines) == 1  # said once
+    assert "--adapter joint" in adapted.stderr
+    joint = runner.invoke(app, [*prompt, "--adapter", str(tmp_path / "emb"), "--generator", "adapter"])
+    assert joint.exit_code == 0, joint.output
+    assert "+ adapter" in joint.stderr and "note:" not in joint.stderr

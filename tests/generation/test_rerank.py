@@ -67,6 +67,18 @@ def test_long_documents_are_cut(chatty_model):
     assert a == pytest.approx(b, abs=1e-5)
 
 
+def test_a_long_document_is_cut_at_the_default_length_not_refused(chatty_model):
+    tokenizer = chatty_model.backbone.tokenizer
+    long = " ".join(["Rivers carry water from the hills down to the sea."] * 100)  # 1,000 words
+    ids = tokenizer(long, add_special_tokens=False).input_ids
+    assert len(long.split()) == 1000 and len(ids) > 512
+    first = tokenizer.decode(ids[:512])
+    assert tokenizer(first, add_special_tokens=False).input_ids == ids[:512]  # the cut text tokenizes back
+    for scoring in ("query_likelihood", "yes_no"):
+        whole, cut = (chatty_model.rerank(QUERY, [d, "Paris."], scoring=scoring) for d in (long, first))
+        assert [r.score for r in whole] == pytest.approx([r.score for r in cut], abs=1e-5)
+
+
 def test_empty_and_bad_inputs(chatty_model):
     assert chatty_model.rerank(QUERY, []) == []
     with pytest.raises(TypeError, match=r"documents\[1\] must be a string, got int"):

@@ -32,16 +32,25 @@ def test_build_add_info_and_ask(model_dir, docs_file, more_file, tmp_path):
     result = runner.invoke(app, ["index", "info", str(out)])
     assert result.exit_code == 0 and "mean, causal attention" in result.output
 
-    result = runner.invoke(app, ["ask", str(out), "capital of France?", "--cache", "doc", "--top", "2"])
+    result = runner.invoke(app, ["ask", str(out), "capital of France?", "--kv-cache", "doc", "--top", "2"])
     assert result.exit_code == 0, result.output
     assert "sources" in result.output and "cache=doc (doc_first)" in result.output
     listed = re.findall(r"│ [12] │ (\w+#\d+) ", result.output)  # the sources' chunk ids
     assert len(listed) == 2 and set(listed) <= {c.id for c in FaissStore.load(out).chunks}
     assert "(0 recomputed)" in result.output
-    args = ["ask", str(out), "capital of France?", "--cache", "doc", "--top", "2", "--recompute", "1"]
+    args = ["ask", str(out), "capital of France?", "--kv-cache", "doc", "--top", "2", "--recompute", "1"]
     result = runner.invoke(app, args)  # every token of the second passage
     recomputed = re.search(r"\((\d+) recomputed\)", result.output)
     assert result.exit_code == 0 and recomputed and int(recomputed.group(1)) > 0, result.output
+
+    # --rerank-top N reranks without --rerank, as in eval; the old --cache still parses, with a note
+    args = ["ask", str(out), "capital of France?", "--cache", "query", "--top", "1", "--max-new-tokens", "2"]
+    plain = runner.invoke(app, args)
+    assert plain.exit_code == 0 and "rerank" not in plain.stdout, plain.output
+    assert "note: --cache is an old spelling of --kv-cache" in plain.stderr
+    reranked = runner.invoke(app, [*args, "--rerank-top", "3"])
+    assert reranked.exit_code == 0, reranked.output
+    assert re.search(r"rerank \d+\.\d\ds", reranked.stdout)  # the rerank step's time: it ran
 
 
 def test_cli_errors_are_clean(model_dir, docs_file, tmp_path):
@@ -51,12 +60,12 @@ def test_cli_errors_are_clean(model_dir, docs_file, tmp_path):
     assert result.exit_code == 2 and "bad.jsonl:2: missing field 'text'" in result.output
 
     assert _build(model_dir, [docs_file], tmp_path / "plain").exit_code == 0
-    result = runner.invoke(app, ["ask", str(tmp_path / "plain"), "q?", "--cache", "querydoc"])
+    result = runner.invoke(app, ["ask", str(tmp_path / "plain"), "q?", "--kv-cache", "querydoc"])
     assert result.exit_code == 2 and "needs stored KV states: rebuild" in result.output
 
     result = runner.invoke(app, ["ask", str(tmp_path), "q?"])
     assert result.exit_code == 2 and "not a genembed index" in result.output
-    result = runner.invoke(app, ["ask", str(tmp_path / "plain"), "q?", "--cache", "everything"])
+    result = runner.invoke(app, ["ask", str(tmp_path / "plain"), "q?", "--kv-cache", "everything"])
     assert result.exit_code == 2 and "cache mode must be one of" in result.output
     result = runner.invoke(app, ["ask", str(tmp_path / "plain"), "q?", "--recompute", "1.5"])
     assert result.exit_code == 2 and "--recompute" in result.output
@@ -81,9 +90,9 @@ def test_a_generation_adapter_is_kept_with_the_index(model_dir, tiny, docs_file,
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["model"]["ref"]["generator"] == str((tmp_path / "rag-lora").resolve())
     assert manifest["kv"]["source"]["adapter"].startswith("rag-lora@sha256:")
-    result = runner.invoke(app, ["ask", str(out), "capital of France?", "--cache", "doc", "--max-new-tokens", "3"])
+    result = runner.invoke(app, ["ask", str(out), "capital of France?", "--kv-cache", "doc", "--max-new-tokens", "3"])
     assert result.exit_code == 0, result.output
-    result = runner.invoke(app, ["ask", str(out), "capital of France?", "--cache", "doc", "--generator", "base"])
+    result = runner.invoke(app, ["ask", str(out), "capital of France?", "--kv-cache", "doc", "--generator", "base"])
     assert result.exit_code == 2 and "stores KV states of tiny-model + adapter rag-lora@sha256:" in " ".join(
         result.output.split()
     )
@@ -97,12 +106,13 @@ def test_ask_refuses_kv_states_of_other_weights(model_dir, docs_file, tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     manifest["kv"]["source"]["adapter"] = "grit-joint@sha256:0123456789abcdef"  # states of other weights
     (out / "manifest.json").write_text(json.dumps(manifest))
-    result = runner.invoke(app, ["ask", str(out), "capital of France?", "--cache", "doc"])
+    result = runner.invoke(app, ["ask", str(out), "capital of France?", "--kv-cache", "doc"])
     assert result.exit_code == 2, result.output
     expected = (
         "stores KV states of tiny-model + adapter grit-joint@sha256:0123456789abcdef, causal attention, but the "
         "loaded model generates with tiny-model, causal attention. Rebuild it with"
     )
     assert expected in " ".join(result.output.split())
-    result = runner.invoke(app, ["ask", str(out), "capital of France?", "--cache", "query", "--no-repeat-ngram", "2"])
+    args = ["ask", str(out), "capital of France?", "--kv-cache", "query", "--no-repeat-ngram", "2"]
+    result = runner.invoke(app, args)
     assert result.exit_code == 0 and "cache=query (doc_first)" in result.output  # needs no stored states

@@ -29,7 +29,7 @@ def test_milvus_build_info_ask_add_delete(model_dir, docs_file, more_file, tmp_p
     assert "Milvus AUTOINDEX, inner product" in result.output and f"{tmp_path}/idx.kv" in result.output
     n = len(open_index(where))
 
-    result = _run("ask", where, "capital of France?", "--cache", "doc", "--top", "2", "--filter", 'doc_id == "fox"')
+    result = _run("ask", where, "capital of France?", "--kv-cache", "doc", "--top", "2", "--filter", 'doc_id == "fox"')
     assert result.exit_code == 0, result.output
     assert re.findall(r"│ [12] │ (fox#\d+) ", result.output) and "cache=doc (doc_first)" in result.output
 

@@ -152,3 +152,91 @@ def test_abandoned_requests_are_skipped():
 
     assert _run(_with_batcher(rec, go))[:, 0].tolist() == [4]
     assert [texts for _, texts in rec.batches] == [["x"], ["kept"]]
+
+
+async def _submit_background(batcher, n: int, cost: int, key="c"):
+    jobs = [asyncio.ensure_future(batcher.submit([f"c{i}"], key=key, cost=cost, background=True)) for i in range(n)]
+    await asyncio.sleep(0.01)
+    return jobs
+
+
+def test_background_batches_take_turns_with_client_batches_and_stay_small():
+    rec = Recorder()
+
+    async def turns(batcher):
+        rec.gate.clear()
+        held = asyncio.ensure_future(batcher.submit(["held"], key="k", cost=4))
+        await asyncio.sleep(0.05)
+        background = await _submit_background(batcher, 6, cost=1)
+        clients = [asyncio.ensure_future(batcher.submit([t], key=t, cost=4)) for t in ("a", "b")]
+        await asyncio.sleep(0.05)
+        assert batcher.queued == 2 and batcher.queued_background == 6
+        rec.gate.set()
+        await asyncio.gather(held, *clients, *background)
+        return batcher
+
+    batcher = _run(_with_batcher(rec, turns))
+    # after each client batch of cost 4, a background batch of at most half its cost (2 jobs), in turn
+    assert [texts for _, texts in rec.batches] == [
+        ["held"],
+        ["c0", "c1"],
+        ["a"],
+        ["c2", "c3"],
+        ["b"],
+        ["c4", "c5"],
+    ]
+    assert batcher.batches == 3 and batcher.background_batches == 3
+
+
+def test_background_work_alone_runs_back_to_back_in_growing_batches_and_is_not_refused_by_a_full_queue():
+    rec = Recorder()
+
+    async def go(batcher):
+        rec.gate.clear()
+        background = await _submit_background(batcher, 21, cost=50)  # more than max_queue=1
+        assert batcher.queued_background >= 2
+        rec.gate.set()
+        return await asyncio.gather(*background)
+
+    rows = _run(_with_batcher(rec, go, max_queue=1, max_batch_tokens=1000, max_batch_requests=64))
+    assert [r[:, 0].tolist() for r in rows] == [[len(f"c{i}")] for i in range(21)]
+    # one job (no client batch yet to size it by), then four times the tokens each time while no client waits
+    assert [len(texts) for _, texts in rec.batches] == [1, 4, 16]
+
+
+def test_a_client_waits_for_one_background_batch_at_most():
+    rec = Recorder()
+
+    async def go(batcher):
+        await _hold_then_submit(rec, batcher, [(["big"], "k", 40)])  # a client batch of cost 40 ran last
+        rec.gate.clear()
+        background = await _submit_background(batcher, 30, cost=3)  # 20 tokens per background batch: 6 jobs
+        client = asyncio.ensure_future(batcher.submit(["late"], key="k", cost=40))
+        await asyncio.sleep(0.05)
+        rec.gate.set()
+        await client
+        done = sum(job.done() for job in background)
+        await asyncio.gather(*background)
+        return done
+
+    done = _run(_with_batcher(rec, go))
+    texts = [t for _, t in rec.batches]
+    assert texts.index(["late"]) == 3  # x, big, one background batch, late
+    assert texts[2] == [f"c{i}" for i in range(6)] and done == 6
+    after = [len(t) for t in texts[4:]]  # nobody waits any more: 20 tokens, then 80 (8 jobs at most)
+    assert sum(after) == 24 and after == [6, 8, 8, 2]
+
+
+def test_close_finishes_background_work():
+    rec = Recorder()
+
+    async def go(batcher):
+        rec.gate.clear()
+        background = await _submit_background(batcher, 2, cost=1)
+        closing = asyncio.ensure_future(batcher.close())
+        await asyncio.sleep(0.01)
+        rec.gate.set()
+        await closing
+        return await asyncio.gather(*background)
+
+    assert len(_run(_with_batcher(rec, go))) == 2

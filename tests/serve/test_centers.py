@@ -100,3 +100,137 @@ def test_a_model_without_centering_warms_nothing(_tiny_backbone):
 def test_bad_cache_size_is_refused():
     with pytest.raises(ValueError, match="center_cache_size must be an int >= 0"):
         ServeSettings(center_cache_size=-1)
+
+
+class _Holding:
+    """Wraps the model thread's encode: records each batch (``("client", instruction)`` or
+    ``("calibration", texts)``) and waits at a gate first, so a queue can build up."""
+
+    def __init__(self, encode, *, hold_calibration_only: bool = False):
+        import threading
+
+        self.encode, self.log = encode, []
+        self.gate = threading.Event()
+        self.hold_calibration_only = hold_calibration_only
+
+    def __call__(self, key, texts):
+        from genembed.serve.centers import CalibrationKey
+
+        calibration = isinstance(key, CalibrationKey)
+        if calibration or not self.hold_calibration_only:
+            self.gate.wait(30)
+        self.log.append(("calibration", len(texts)) if calibration else ("client", key.instruction))
+        return self.encode(key, texts)
+
+
+async def _until(condition, what: str) -> None:
+    import asyncio
+
+    for _ in range(500):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting until {what}")
+
+
+def test_a_new_instructions_calibration_takes_turns_with_other_requests(_tiny_backbone):
+    import asyncio
+
+    from genembed.serve.embeddings import embed_texts
+    from genembed.serve.state import ServingState
+
+    state = ServingState(_centering(_tiny_backbone), ServeSettings())
+    holding = state._encode = _Holding(state._encode)  # the batcher calls the instance's _encode
+
+    async def go():
+        state.start()
+        holding.gate.set()
+        await state.worker.run(state.warm_up)
+        holding.log.clear()
+        holding.gate.clear()
+        first = asyncio.ensure_future(embed_texts(state, ["Hold the model."], "", field="input"))
+        await _until(lambda: state.batcher.running == 1, "the first request runs")
+        new = asyncio.ensure_future(embed_texts(state, ["A fresh task."], "Ad-hoc task.", field="input"))
+        await _until(lambda: state.batcher.queued_background == 64, "the calibration texts are queued")
+        plain = asyncio.ensure_future(embed_texts(state, ["Plain text."], "", field="input"))
+        await asyncio.sleep(0.05)
+        assert state.centers.active == 1 and state.batcher.queued == 1
+        holding.gate.set()
+        (plain_vectors, _), calibration_left = await plain, state.batcher.queued_background
+        await first
+        new_vectors, _ = await new
+        await state.close()
+        return plain_vectors, calibration_left, new_vectors
+
+    plain_vectors, calibration_left, new_vectors = asyncio.run(go())
+    log = holding.log
+    # the held request, one small calibration batch, the plain request, the rest of the calibration in
+    # small batches, then the request that needed the center
+    assert log[0] == ("client", "") and log[1][0] == "calibration" and log[2] == ("client", "")
+    assert calibration_left > 0  # the plain request was answered before the calibration finished
+    assert all(kind == "calibration" for kind, _ in log[3:-1]) and log[-1] == ("client", "Ad-hoc task.")
+    calibration = [n for kind, n in log if kind == "calibration"]
+    assert sum(calibration) == 64 and max(calibration) < 64
+    reference = _centering(_tiny_backbone)
+    np.testing.assert_allclose(plain_vectors, reference.encode(["Plain text."]), atol=1e-5)
+    np.testing.assert_allclose(new_vectors, reference.encode(["A fresh task."], instruction="Ad-hoc task."), atol=1e-5)
+    assert center_cache(state.model.backbone).computed == 5 + 1  # the named ones at start, then this one
+
+
+def _wait_for(condition) -> None:
+    import time
+
+    for _ in range(1000):
+        if condition():
+            return
+        time.sleep(0.01)
+    raise AssertionError("timed out")
+
+
+def test_a_full_centring_queue_answers_429_with_retry_after(_tiny_backbone):
+    import threading
+
+    import httpx
+
+    from genembed.serve import running_server
+
+    app = create_app(_centering(_tiny_backbone), ServeSettings(max_centering=1, max_centering_queue=1))
+    state = app.state.genembed
+    holding = state._encode = _Holding(state._encode, hold_calibration_only=True)
+    with running_server(app) as (url, _):
+        answers = {}
+
+        def post(name: str, instruction: str) -> None:
+            body = {"input": "x", "instruction": instruction}
+            answers[name] = httpx.post(f"{url}/v1/embeddings", json=body, timeout=60)
+
+        threads = [threading.Thread(target=post, args=(n, f"Task {n}.")) for n in ("a", "b")]
+        threads.append(threading.Thread(target=post, args=("a again", "Task a.")))  # shares a's center
+        threads[0].start()
+        _wait_for(lambda: state.centers.active == 1)  # a is being centred (held at the gate)
+        for thread in threads[1:]:
+            thread.start()
+        _wait_for(lambda: state.centers.waiting == 1 and len(state.centers._pending) == 2)
+        refused = httpx.post(f"{url}/v1/embeddings", json={"input": "x", "instruction": "Task c."}, timeout=60)
+        assert refused.status_code == 429, refused.text
+        assert refused.headers["Retry-After"] == "1"  # no center timed yet
+        error = refused.json()["error"]
+        assert error["code"] == "queue_full" and "1 new instruction(s) are being centred and 1 wait" in error["message"]
+        holding.gate.set()
+        for thread in threads:
+            thread.join(60)
+        assert {name: r.status_code for name, r in answers.items()} == {"a": 200, "b": 200, "a again": 200}
+        assert answers["a"].json()["data"] == answers["a again"].json()["data"]
+        health = httpx.get(f"{url}/health").json()
+        assert health["centering_instructions"] == 0 and health["queued_centering"] == 0
+        assert health["background_batches"] >= 2
+        assert state.centers.last_seconds is not None
+        again = httpx.post(f"{url}/v1/embeddings", json={"input": "x", "instruction": "Task c."}, timeout=60)
+        assert again.status_code == 200  # the budget is free again
+
+
+def test_centring_budget_settings_are_checked():
+    with pytest.raises(ValueError, match="max_centering must be a positive int"):
+        ServeSettings(max_centering=0)
+    with pytest.raises(ValueError, match="max_centering_queue must be an int >= 0"):
+        ServeSettings(max_centering_queue=-1)

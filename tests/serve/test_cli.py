@@ -101,6 +101,7 @@ def test_serve_subprocess_answers_and_stops_on_sigterm(tmp_path, tiny):
         assert proc.wait(timeout=60) in (0, -signal.SIGTERM)
         output = log.read_text()
         assert f"serving tiny-llama-0 on http://127.0.0.1:{port}" in output
+        assert "generating with tiny-llama-0 (base weights)" in output and "note:" not in output  # no adapter
         assert "Shutting down" in output and "Finished server process" in output
     finally:
         if proc.poll() is None:
@@ -141,3 +142,33 @@ def test_centering_options_reach_the_server(tiny_folder, monkeypatch):
     assert center_cache(state.model.backbone).max_size == 3
     result = runner.invoke(app, ["serve", "--center-cache-size", "-1"])
     assert result.exit_code == 2 and "--center-cache-size" in result.output
+
+
+def test_limits_and_port_left_unset_are_the_settings_defaults(tiny_folder, monkeypatch):
+    import genembed.serve
+    from genembed.serve.settings import LIMITS, ServeSettings
+
+    served = {}
+    monkeypatch.setattr(genembed.serve, "run_server", lambda app, **kwargs: served.update(app=app, **kwargs))
+    result = runner.invoke(app, ["serve", "--model", str(tiny_folder)])
+    assert result.exit_code == 0, result.output
+    settings, defaults = served["app"].state.genembed.settings, ServeSettings()
+    for name in (*LIMITS, "port", "rerank_scoring", "max_centering", "max_centering_queue", "center_cache_size"):
+        assert getattr(settings, name) == getattr(defaults, name), name
+    assert served["port"] == defaults.port and f":{defaults.port} " in result.output
+    given = ["--max-inputs", "7", "--max-new-tokens", "9", "--max-centering-queue", "0", "-p", "0"]
+    result = runner.invoke(app, ["serve", "--model", str(tiny_folder), *given])
+    assert result.exit_code == 0, result.output
+    settings = served["app"].state.genembed.settings
+    assert (settings.max_inputs, settings.max_new_tokens, settings.max_centering_queue) == (7, 9, 0)
+    assert settings.default_max_new_tokens == 9 and served["port"] == 0
+
+
+def test_the_serve_help_states_the_settings_defaults_and_the_embed_routes():
+    from genembed.serve.settings import ServeSettings
+
+    result = runner.invoke(app, ["serve", "--help"], env={"COLUMNS": "200", "TERMINAL_WIDTH": "200"})
+    assert result.exit_code == 0
+    text = " ".join(result.output.replace("│", " ").split())
+    assert f"(default {ServeSettings.max_input_tokens})" in text and f"default {ServeSettings.port})" in text
+    assert "/v1/embed and /v2/embed" in text

@@ -54,6 +54,14 @@ def test_instruction_and_steps_extensions(served, openai_client):
     assert np.abs(expected - plain).max() > 1e-3  # the extensions change the embedding
 
 
+def test_adaptive_steps_over_http_as_in_python(served):
+    body = httpx.post(served.url + "/v1/embeddings", json={"input": TEXTS, "steps": "auto"})
+    assert body.status_code == 200, body.text
+    got = np.array([d["embedding"] for d in body.json()["data"]])
+    np.testing.assert_allclose(got, served.reference.encode(TEXTS, steps="auto"), atol=1e-5)
+    assert np.abs(got - served.reference.encode(TEXTS)).max() > 1e-4  # not the default K
+
+
 def test_dimensions_truncate_and_renormalize(served, openai_client):
     response = openai_client.embeddings.create(input=TEXTS, model="m", dimensions=8, encoding_format="float")
     got = np.array([d.embedding for d in response.data])

@@ -30,6 +30,8 @@ def _error(response: httpx.Response, status: int) -> dict:
         ({"input": "x", "encoding_format": "int8"}, "encoding_format"),
         ({"input": "x", "dimensions": 0}, "dimensions"),
         ({"input": "x", "steps": 0}, "steps"),
+        ({"input": "x", "steps": "many"}, "steps"),
+        ({"input": ""}, "input"),
     ],
 )
 def test_malformed_embedding_bodies_are_422(served, body, param):
@@ -40,7 +42,13 @@ def test_malformed_embedding_bodies_are_422(served, body, param):
 
 def test_invalid_json_and_bad_values_are_422(served):
     json_header = {"content-type": "application/json"}
-    _error(httpx.post(served.url + "/v1/embeddings", content=b"{not json", headers=json_header), 422)
+    error = _error(httpx.post(served.url + "/v1/embeddings", content=b'{"input": "x",}', headers=json_header), 400)
+    assert error["param"] == "body" and error["code"] == "invalid_json"
+    assert error["message"].startswith("the request body is not valid JSON at character 14: "), error["message"]
+    error = _error(httpx.post(served.url + "/v1/embeddings", json={"input": ""}), 422)
+    assert error["message"] == (
+        "invalid request: input: Value error, an empty input has nothing to embed; send at least one character"
+    )
     lone_surrogate = b'{"input": "ok \\ud800"}'  # valid JSON, but no valid text for a tokenizer
     error = _error(httpx.post(served.url + "/v1/embeddings", content=lone_surrogate, headers=json_header), 422)
     assert "lone surrogate" in error["message"]

@@ -98,7 +98,30 @@ def test_info_describes_the_served_model(served):
     assert info["token_encoding"] == "model" and info["default_rerank_scoring"] == "query_likelihood"
     assert set(info["rerank_scorings"]) == {"query_likelihood", "yes_no"}
     assert info["device"] == "cpu" and info["dtype"] == "float32"
-    assert info["limits"]["max_inputs"] == 256
+    from genembed.serve.settings import LIMITS, ServeSettings
+
+    assert info["limits"] == {name: getattr(ServeSettings(), name) for name in info["limits"]}
+    assert set(LIMITS) | {"max_centering", "max_centering_queue"} == set(info["limits"])
+    assert info["generation_weights"] == f"{served.reference.backbone.name} (base weights)"
+    assert info.get("generation_note") is None  # no adapter: nothing better to say
+
+
+def test_info_notes_replies_from_the_raw_backbone_beside_an_embedding_adapter(tiny):
+    from fastapi.testclient import TestClient
+    from peft import LoraConfig, get_peft_model
+
+    from genembed.model import GenerativeEmbedder
+    from genembed.serve import ServeSettings, create_app
+
+    tiny.model = get_peft_model(tiny.model, LoraConfig(r=2, target_modules=["q_proj"])).eval()
+    model = GenerativeEmbedder(tiny, adapter="gircse")
+    with TestClient(create_app(model, ServeSettings())) as client:
+        info = client.get("/info").json()
+        assert info["generation_weights"] == f"{tiny.name} (base weights)"
+        assert "adapter gircse is trained for embeddings only" in info["generation_note"]
+        model.generation_adapter = True
+        info = client.get("/info").json()
+        assert info["generation_weights"] == f"{tiny.name} + adapter gircse" and info["generation_note"] is None
 
 
 def test_tokenize(served):
@@ -162,3 +185,9 @@ def test_the_key_guards_the_api_but_not_probes(serve_tiny):
             assert ok.status_code == 200, (path, ok.text)
         assert httpx.get(s.url + "/metrics").status_code == 200
         assert httpx.get(s.url + "/health").status_code == 200
+
+
+def test_favicon_answers_without_an_icon(serve_tiny):
+    with serve_tiny(api_key="secret") as s:  # open like the page, which browsers load it for
+        response = httpx.get(s.url + "/favicon.ico")
+        assert response.status_code == 204 and response.content == b""

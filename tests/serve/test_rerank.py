@@ -104,3 +104,57 @@ def test_max_tokens_per_doc_cuts_documents(served):
     expected = served.reference.rerank(QUERY, DOCS, max_length=3)
     assert [r["index"] for r in body["results"]] == [r.index for r in expected]
     assert [r["relevance_score"] for r in body["results"]] == pytest.approx([r.probability for r in expected])
+
+
+LONG = " ".join(["The committee reviewed the annual report on regional water supplies in detail."] * 84)  # 1,008 words
+
+
+def _tokens(served, text: str) -> int:
+    return len(served.reference.backbone.tokenizer(text, add_special_tokens=False).input_ids)
+
+
+def test_a_long_document_is_cut_to_fit_by_default_through_the_cohere_clients(served):
+    import cohere
+
+    assert len(LONG.split()) >= 1000
+    docs = [LONG, *DOCS]
+    room = served.state.settings.max_input_tokens - _tokens(served, QUERY)
+    assert _tokens(served, LONG) > 2 * room  # far beyond the server's limit
+    expected = served.reference.rerank(QUERY, docs, max_length=room)  # what the model reads
+    v1 = cohere.Client(base_url=served.url, api_key="unused", timeout=60).rerank(
+        model="genembed", query=QUERY, documents=docs
+    )
+    assert [r.index for r in v1.results] == [r.index for r in expected]
+    assert [r.relevance_score for r in v1.results] == pytest.approx([r.probability for r in expected], abs=1e-5)
+    v2 = cohere.ClientV2(base_url=served.url, api_key="unused", timeout=60).rerank(
+        model="genembed", query=QUERY, documents=docs
+    )
+    assert [r.index for r in v2.results] == [r.index for r in expected]
+    assert "1 document(s) cut to fit" in v2.meta.warnings[0] and "(indices 0)" in v2.meta.warnings[0]
+    q = _tokens(served, QUERY)
+    assert v2.meta.tokens.input_tokens == len(docs) * q + room + sum(_tokens(served, d) for d in DOCS)
+    assert _rerank(served, "/v2/rerank").get("meta", {}).get("warnings") is None  # nothing cut, nothing said
+
+
+def test_truncation_false_refuses_a_long_document_with_its_real_length(served):
+    n, q = _tokens(served, LONG), _tokens(served, QUERY)
+    limit = served.state.settings.max_input_tokens
+    for path in ("/v1/rerank", "/v2/rerank"):
+        body = {"query": QUERY, "documents": [DOCS[0], LONG], "truncation": False}
+        response = httpx.post(served.url + path, json=body, timeout=60)
+        assert response.status_code == 413, response.text
+        error = response.json()["error"]
+        assert error["param"] == "documents.1" and error["code"] == "too_many_tokens"
+        assert error["message"].startswith(f"documents[1] is {n} tokens long and the query {q}: {n + q} in all")
+        assert f"at most {limit} per document" in error["message"]
+    # a client's own max_tokens_per_doc that fits is honoured in strict mode too
+    body = {"query": QUERY, "documents": [LONG], "truncation": False, "max_tokens_per_doc": 5}
+    assert httpx.post(served.url + "/v2/rerank", json=body, timeout=60).status_code == 200
+
+
+def test_a_query_that_leaves_no_room_is_413(serve_tiny):
+    with serve_tiny(max_input_tokens=4) as s:
+        response = httpx.post(s.url + "/v1/rerank", json={"query": QUERY, "documents": DOCS}, timeout=60)
+        assert response.status_code == 413, response.text
+        error = response.json()["error"]
+        assert error["param"] == "query" and "no document fits beside it" in error["message"]

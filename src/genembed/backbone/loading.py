@@ -131,7 +131,13 @@ def load_backbone(
             folder, name, source = converted_gguf_folder(path), path.stem, str(path.resolve())
         elif path.is_dir():
             if not (path / "config.json").is_file():
-                raise MissingModelError(f"{path} is a folder but holds no config.json: not a HF model folder")
+                hint = (
+                    f": it holds a LoRA adapter (adapter_config.json); load it on its backbone with "
+                    f"genembed.load(adapter={str(path)!r}) or --adapter {path}"
+                    if (path / "adapter_config.json").is_file()
+                    else ": not a HF model folder"
+                )
+                raise MissingModelError(f"{path} is a folder but holds no config.json{hint}")
             folder, name, source = path, path.name, str(path.resolve())
         else:
             folder, name, source = hub_snapshot(str(model), local_files_only=local_files_only), str(model), str(model)

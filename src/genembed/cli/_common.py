@@ -174,6 +174,17 @@ def load_model(
         raise typer.Exit(2) from exc
 
 
+def say_generation_weights(loaded: Any) -> None:
+    """Name the weights that generate on stderr, with a note when they are the raw backbone's while an
+    adapter is loaded."""
+    from genembed.generation.adapters import base_weights_note
+
+    typer.secho(f"generating with {loaded.generation_weights}", dim=True, err=True)
+    note = base_weights_note(loaded)
+    if note is not None:
+        typer.secho(note, fg="yellow", err=True)
+
+
 def load_index_model(
     ref: dict[str, Any], model: str | None, adapter: str | None, generator: str | None, dtype: str, device: str
 ) -> Any:

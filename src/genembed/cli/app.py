@@ -24,6 +24,7 @@ from . import (
     teacher_cmd,
     train_cmd,
 )
+from ._help import FlagHelpGroup
 from ._spellings import command_class
 
 app = typer.Typer(
@@ -31,6 +32,7 @@ app = typer.Typer(
     help="Generative text embeddings: GIRCSE soft-token refinement and GRIT one-model embedding + generation.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
+    cls=FlagHelpGroup,
 )
 
 
@@ -65,8 +67,8 @@ _add("chat", chat_cmd.chat)
 _add("serve", serve_cmd.serve)
 _add("eval", eval_cmd.eval_tasks)
 _add("mteb", mteb_cmd.mteb_eval)
-index_cmd.index_app.command("import")(index_store_cmd.import_encoded)
-index_cmd.index_app.command("delete")(index_store_cmd.delete)
+index_cmd.index_app.command("import", cls=command_class("index import"))(index_store_cmd.import_encoded)
+index_cmd.index_app.command("delete", cls=command_class("index delete"))(index_store_cmd.delete)
 app.add_typer(index_cmd.index_app, name="index")
 _add("ask", ask_cmd.ask)
 _add("train", train_cmd.train)
@@ -77,7 +79,7 @@ _add("install-teacher", teacher_cmd.install_teacher)
 _add("teacher-targets", targets_cmd.teacher_targets)
 
 
-@app.command("version")
+@app.command("version", cls=command_class("version"))
 def version() -> None:
     """Print the genembed version."""
     from genembed import __version__

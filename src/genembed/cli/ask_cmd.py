@@ -20,6 +20,7 @@ from ._common import (
     max_new_tokens_option,
     rerank_top_option,
     sampling_options,
+    say_generation_weights,
     top_option,
 )
 
@@ -27,9 +28,9 @@ from ._common import (
 def ask(
     index_dir: Annotated[str, typer.Argument(help=_store.WHERE_HELP)],
     question: Annotated[str, typer.Argument(help="the question")],
-    cache: Annotated[
+    kv_cache: Annotated[
         str,
-        typer.Option("--cache", help="KV reuse: none, query, doc, querydoc or docquery (doc ones need --store-kv)"),
+        typer.Option("--kv-cache", help="KV reuse: none, query, doc, querydoc or docquery (doc ones need --store-kv)"),
     ] = "none",
     order: Annotated[
         str | None, typer.Option("--order", help="doc_first (default) or query_first; querydoc/docquery fix it")
@@ -43,10 +44,18 @@ def ask(
             help="share of isolated cached tokens to recompute (cached segments after the first; 0: none)",
         ),
     ] = 0.0,
-    rerank: Annotated[bool, typer.Option("--rerank", help="rerank retrieved passages generatively")] = False,
-    top: Annotated[int, top_option("passages put in the prompt")] = 3,
-    rerank_top: Annotated[int, rerank_top_option("passages retrieved and re-ranked with --rerank")] = 10,
-    max_new_tokens: Annotated[int | None, max_new_tokens_option("answer length limit")] = None,
+    rerank: Annotated[
+        bool, typer.Option("--rerank", help="rerank retrieved passages generatively (how many: --rerank-top)")
+    ] = False,
+    top: Annotated[int, top_option("the N best passages put in the prompt")] = 3,
+    rerank_top: Annotated[
+        int | None,
+        rerank_top_option(
+            "re-rank the N best retrieved passages generatively before keeping --top; implies --rerank "
+            "(--rerank alone: genembed.retrieval.rag.ask's rerank_candidates, 10)"
+        ),
+    ] = None,
+    max_new_tokens: Annotated[int | None, max_new_tokens_option("tokens per answer, at most")] = None,
     temperature: TemperatureOpt = None,
     seed: SeedOpt = None,
     no_repeat_ngram: Annotated[
@@ -68,6 +77,7 @@ def ask(
     token: _store.TokenOpt = None,
 ) -> None:
     """Answer QUESTION from the passages of INDEX_DIR with one model (retrieval and generation)."""
+    rerank = rerank or rerank_top is not None  # --rerank-top N reranks, as in eval
     from rich.console import Console
     from rich.table import Table
 
@@ -90,15 +100,16 @@ def ask(
         repetition_penalty=repetition_penalty,
     )
     try:  # everything that can be checked before the model loads
-        mode_layout(cache, order)
+        mode_layout(kv_cache, order)
         index = open_index(_store.location(index_dir, collection, token))
         index.set_search_params(search_param)
-        if cache in ("doc", "querydoc", "docquery") and not index.has_kv:
-            raise ValueError(f"--cache {cache} needs stored KV states: rebuild {index_dir} with --store-kv")
+        if kv_cache in ("doc", "querydoc", "docquery") and not index.has_kv:
+            raise ValueError(f"--kv-cache {kv_cache} needs stored KV states: rebuild {index_dir} with --store-kv")
     except (IndexLoadError, FileNotFoundError, ValueError) as exc:
         fail(str(exc))
     ref = index.manifest["model"].get("ref", {})
     loaded = load_index_model(ref, model, adapter, generator, dtype, device)
+    say_generation_weights(loaded)
     console = Console(width=140)
     console.print(f"[bold]Q:[/bold] {question}")
     console.print("[bold]A:[/bold] ", end="")
@@ -107,11 +118,11 @@ def ask(
             loaded,
             index,
             question,
-            cache=cache,
+            cache=kv_cache,
             order=order,
             top_k=top,
             rerank=rerank,
-            rerank_candidates=rerank_top,
+            **({} if rerank_top is None else {"rerank_candidates": rerank_top}),
             sampling=sampling,
             filter=filter,
             recompute=recompute,
@@ -133,7 +144,7 @@ def ask(
     t = answer.timings
     parts = [f"{k} {t[k]:.2f}s" for k in ("embed_query", "search", "rerank", "first_token", "total") if k in t]
     console.print(
-        f"cache={answer.mode} ({answer.order}); prompt {answer.prompt_tokens} tokens, {answer.cached_tokens} from "
+        f"kv-cache={answer.mode} ({answer.order}); prompt {answer.prompt_tokens} tokens, {answer.cached_tokens} from "
         f"KV states ({answer.recomputed_tokens} recomputed); {answer.new_tokens} new tokens; " + ", ".join(parts),
         style="dim",
     )

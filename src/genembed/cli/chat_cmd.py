@@ -6,13 +6,13 @@ or Ctrl-D ends the session. ``--prompt`` answers one message and exits (for scri
 
 from __future__ import annotations
 
+import warnings
 from typing import Annotated
 
 import typer
 
 from ._common import (
     AdapterOpt,
-    CenterOpt,
     DeviceOpt,
     DtypeOpt,
     GeneratorOpt,
@@ -23,6 +23,7 @@ from ._common import (
     load_model,
     max_new_tokens_option,
     sampling_options,
+    say_generation_weights,
 )
 
 _HELP = "Type a message; /reset clears the conversation, /exit (or Ctrl-D) quits."
@@ -43,17 +44,22 @@ def chat(
     generator: GeneratorOpt = None,
     dtype: DtypeOpt = "auto",
     device: DeviceOpt = "auto",
-    center: CenterOpt = None,
 ) -> None:
     """Chat with the model in the terminal (replies stream as they are generated)."""
+    from genembed.generation.adapters import BaseWeightsWarning
+
     sampling = sampling_options(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
-    loaded = load_model(model, adapter, dtype, center, device, generator)
+    loaded = load_model(model, adapter, dtype, device=device, generator=generator)
+    say_generation_weights(loaded)
     messages: list[dict] = [{"role": "system", "content": system}] if system else []
 
     def reply(text: str) -> None:
         messages.append({"role": "user", "content": text})
         pieces = []
-        for piece in loaded.generate(messages, stream=True, stop=stop, sampling=sampling):
+        with warnings.catch_warnings():  # the note on the weights was said once above
+            warnings.simplefilter("ignore", BaseWeightsWarning)
+            stream = loaded.generate(messages, stream=True, stop=stop, sampling=sampling)
+        for piece in stream:
             pieces.append(piece)
             typer.echo(piece, nl=False)
         typer.echo()

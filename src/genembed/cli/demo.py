@@ -28,7 +28,7 @@ def demo(
     device: DeviceOpt = "auto",
     center: CenterOpt = None,
     steps: StepsOpt = None,
-    top: Annotated[int, top_option("results shown per query")] = 3,
+    top: Annotated[int, top_option("the N best results shown per query")] = 3,
 ) -> None:
     """Encode a sample corpus, search it with sample queries, and show the soft tokens of one query."""
     from rich.console import Console

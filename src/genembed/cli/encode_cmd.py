@@ -37,7 +37,7 @@ from ._common import (
 
 def encode(
     input_path: Annotated[Path, typer.Argument(metavar="INPUT.jsonl", help="JSON lines: {id, text[, title]}")],
-    out: Annotated[Path, out_option("output folder for shards (rerun to resume)")],
+    out: Annotated[Path, out_option("folder to write the shards to (rerun to resume)")],
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
     dtype: DtypeOpt = "auto",

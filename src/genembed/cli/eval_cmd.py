@@ -58,7 +58,9 @@ def eval_tasks(
             help="score clustering and instruct tasks as the mean over N k-means starts (1: one start, seed 42)",
         ),
     ] = 1,
-    out: Annotated[Path, out_option("results JSON (also writes .md, and _scaling.png)")] = Path("results.json"),
+    out: Annotated[Path, out_option("results JSON to write (also writes .md, and _scaling.png)")] = Path(
+        "results.json"
+    ),
     cache_file: Annotated[
         Path | None,
         typer.Option("--cache-file", help="embedding cache file (default ~/.cache/genembed/embeddings.sqlite)"),

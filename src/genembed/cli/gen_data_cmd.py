@@ -28,7 +28,9 @@ def make_gen_data(
         int, typer.Option("--offset", min=0, help="skip this many shuffled prompts first (a held-aside split)")
     ] = 0,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", min=1, help="tokens per response")] = 128,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="prompts per generation batch")] = 8,
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", min=1, help="prompts per forward pass (generated together)")
+    ] = 8,
     temperature: TemperatureOpt = 0.0,
     top_p: TopPOpt = 1.0,
     seed: Annotated[int, typer.Option("--seed", help="seed for sampling and the prompt shuffle")] = 0,

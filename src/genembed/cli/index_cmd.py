@@ -28,17 +28,21 @@ from ._common import (
     model_settings,
     out_option,
 )
+from ._help import FlagHelpGroup
 from ._spellings import command_class
 
 index_app = typer.Typer(
     help="Build, extend and inspect retrieval indexes (faiss folder or Milvus; chunk metadata; optional KV states).",
     no_args_is_help=True,
+    cls=FlagHelpGroup,
 )
 
 SourcesArg = Annotated[list[Path], typer.Argument(help="JSONL (id, title, text), .txt or .md files, or folders")]
 ShardOpt = Annotated[
     int | None,
-    typer.Option("--shard-size", min=1, help="chunks per resumable unit (default: 64 with --store-kv, else 1024)"),
+    typer.Option(
+        "--shard-size", min=1, help="chunks per shard, the resumable unit (default: 64 with --store-kv, else 1024)"
+    ),
 ]
 
 
@@ -67,11 +71,11 @@ def _ref(value: str | None) -> str | None:
 @index_app.command("build", cls=command_class("index build"))
 def build(
     sources: SourcesArg,
-    out: Annotated[str, out_option(_store.WHERE_HELP)],
+    out: Annotated[str, out_option(f"where to write the index: {_store.WHERE_HELP}")],
     store_kv: Annotated[
         bool,
         typer.Option(
-            "--store-kv", help="store each chunk's KV states from the generator's causal pass (for --cache doc)"
+            "--store-kv", help="store each chunk's KV states from the generator's causal pass (for ask --kv-cache doc)"
         ),
     ] = False,
     chunk_tokens: Annotated[int, typer.Option("--chunk-tokens", min=1, help="document tokens per chunk")] = 256,
@@ -179,7 +183,7 @@ def add(
     _store.print_info(index)
 
 
-@index_app.command("info")
+@index_app.command("info", cls=command_class("index info"))
 def info(
     index_dir: Annotated[str, typer.Argument(help=_store.WHERE_HELP)],
     collection: _store.CollectionOpt = None,

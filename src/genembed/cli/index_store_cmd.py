@@ -9,16 +9,20 @@ from typing import Annotated
 import typer
 
 from . import _store
+from ._common import out_option
 
 
 def import_encoded(
     emb_dir: Annotated[Path, typer.Argument(help="output folder of `genembed encode` (shard-*.npy + ids)")],
     corpus: Annotated[Path, typer.Option("--corpus", help="the JSON-lines file that was encoded (for the texts)")],
-    out: Annotated[str, typer.Option("--out", "-o", help=_store.WHERE_HELP)],
+    out: Annotated[str, out_option(f"where to write the index: {_store.WHERE_HELP}")],
     query_instruction: Annotated[
         str | None, typer.Option("--query-instruction", help="instruction queries are embedded with")
     ] = None,
-    model: Annotated[str | None, typer.Option("--model", "-m", help="model to record for `genembed ask`")] = None,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", "-m", help="model to record for `genembed ask` (HF folder, .gguf file or hub id)"),
+    ] = None,
     adapter: Annotated[str | None, typer.Option("--adapter", "-a", help="adapter to record ('none': raw)")] = None,
     index_type: _store.IndexTypeOpt = None,
     index_param: _store.IndexParamOpt = None,

@@ -13,7 +13,7 @@ def inspect(
     text: Annotated[str, typer.Argument(help="the text to embed")],
     instruction: InstructionOpt = "",
     steps: StepsOpt = None,
-    top: Annotated[int, top_option("tokens shown per step")] = 8,
+    top: Annotated[int, top_option("the N best (most probable) tokens shown per step")] = 8,
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
     dtype: DtypeOpt = "auto",

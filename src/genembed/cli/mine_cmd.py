@@ -34,7 +34,7 @@ from ._common import (
 
 def mine_negatives(
     inputs: Annotated[list[Path], typer.Argument(metavar="IN.jsonl...", help="contrastive training files")],
-    out: Annotated[Path, out_option("output JSONL: the rows with mined negatives")],
+    out: Annotated[Path, out_option("JSONL to write: the rows with mined negatives")],
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
     dtype: DtypeOpt = "auto",
@@ -49,7 +49,7 @@ def mine_negatives(
     doc_instruction: Annotated[
         str, typer.Option("--doc-instruction", help="instruction on documents otherwise (data.doc_instruction)")
     ] = "",
-    top: Annotated[int, top_option("candidates searched per query")] = 30,
+    top: Annotated[int, top_option("the N best candidates retrieved per query")] = 30,
     num_negatives: Annotated[int, typer.Option("--num-negatives", min=0, help="mined negatives per row")] = 3,
     margin: Annotated[
         float, typer.Option("--margin", min=0.0, help="drop candidates above margin x the positive's score (0: off)")

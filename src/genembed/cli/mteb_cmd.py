@@ -15,7 +15,7 @@ import typer
 
 from genembed.encoders.defaults import DEFAULT_BATCH_SIZE
 
-from ._common import AdapterOpt, DeviceOpt, DtypeOpt, ModelOpt, load_model
+from ._common import AdapterOpt, DeviceOpt, DtypeOpt, ModelOpt, load_model, out_option
 
 
 def mteb_eval(
@@ -32,7 +32,7 @@ def mteb_eval(
         str | None, typer.Option("--tasks", help="comma-separated MTEB task names (instead of a benchmark)")
     ] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="texts per forward pass")] = DEFAULT_BATCH_SIZE,
-    out: Annotated[Path, typer.Option("--out", "-o", help="mteb's result folder")] = Path("mteb-results"),
+    out: Annotated[Path, out_option("folder mteb writes its results to")] = Path("mteb-results"),
     dtype: DtypeOpt = "auto",
     device: DeviceOpt = "auto",
 ) -> None:

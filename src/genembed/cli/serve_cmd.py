@@ -8,8 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from genembed.encoders.defaults import DEFAULT_MAX_LENGTH
-from genembed.encoders.methods import DEFAULT_MAX_STEPS, DEFAULT_METHOD, DEFAULT_STEPS
+from genembed.encoders.methods import DEFAULT_METHOD, DEFAULT_STEPS
 
 from ._common import (
     AdapterOpt,
@@ -23,14 +22,30 @@ from ._common import (
     StepsOpt,
     fail,
     load_model,
+    say_generation_weights,
 )
 
 _LIMITS = "Limits and batching"
 
 
-def _limit(help: str) -> Any:
-    """A positive whole-number limit, shown under "Limits and batching" in --help."""
-    return typer.Option(min=1, help=help, rich_help_panel=_LIMITS)
+def _default(name: str) -> Any:
+    """The default of a ServeSettings field, read where it is declared (cheap: the settings module imports
+    neither torch nor fastapi, so --help stays fast)."""
+    from genembed.serve.settings import ServeSettings
+
+    return getattr(ServeSettings, name)
+
+
+def _limit(name: str, help: str, *, min: int = 1, option: str | None = None) -> Any:
+    """``--NAME`` (or ``option``), a whole-number setting of ServeSettings, under "Limits and batching" in
+    --help; None (not given) keeps the settings' default, which the help states."""
+    return typer.Option(
+        option or f"--{name.replace('_', '-')}",
+        min=min,
+        help=f"{help} (default {_default(name)})",
+        show_default=False,
+        rich_help_panel=_LIMITS,
+    )
 
 
 def serve(
@@ -44,8 +59,16 @@ def serve(
         "127.0.0.1"
     ),
     port: Annotated[
-        int, typer.Option("--port", "-p", min=0, max=65535, help="port to listen on (0: any free one)")
-    ] = 8000,
+        int | None,
+        typer.Option(
+            "--port",
+            "-p",
+            min=0,
+            max=65535,
+            help=f"port to listen on (0: any free one; default {_default('port')})",
+            show_default=False,
+        ),
+    ] = None,
     api_key: Annotated[
         str | None,
         typer.Option("--api-key", envvar="GENEMBED_API_KEY", help="require 'Authorization: Bearer KEY' on /v1/*"),
@@ -54,15 +77,38 @@ def serve(
     method: MethodOpt = None,
     steps: StepsOpt = None,
     prompt_format: PromptFormatOpt = None,
-    max_steps: Annotated[int, _limit("highest steps a request may ask for")] = DEFAULT_MAX_STEPS,
-    max_inputs: Annotated[int, _limit("texts per embeddings request / documents per rerank")] = 256,
-    max_input_tokens: Annotated[int, _limit("tokens per prompt (text + instruction + template)")] = DEFAULT_MAX_LENGTH,
-    max_request_tokens: Annotated[int, _limit("prompt tokens per request")] = 32768,
-    max_batch_tokens: Annotated[int, _limit("micro-batch token budget")] = 8192,
-    max_batch_requests: Annotated[int, _limit("requests per micro-batch (1 = no batching)")] = 64,
-    max_queue: Annotated[int, _limit("waiting requests before answering 429")] = 256,
-    max_new_tokens: Annotated[int, _limit("chat: highest max_tokens")] = 512,
-    max_prompt_tokens: Annotated[int, _limit("chat: tokens of the formatted conversation")] = 2048,
+    max_steps: Annotated[int | None, _limit("max_steps", "highest steps a request may ask for")] = None,
+    max_inputs: Annotated[
+        int | None, _limit("max_inputs", "texts per embeddings request / documents per rerank")
+    ] = None,
+    max_length: Annotated[
+        int | None,
+        _limit(
+            "max_input_tokens",
+            "tokens per prompt (text + instruction + template): a longer input is refused (413) unless the API "
+            "cuts it (Cohere truncate, rerank); max_input_tokens in /info and errors",
+            option="--max-length",
+        ),
+    ] = None,
+    max_request_tokens: Annotated[int | None, _limit("max_request_tokens", "prompt tokens per request")] = None,
+    max_batch_tokens: Annotated[int | None, _limit("max_batch_tokens", "micro-batch token budget")] = None,
+    max_batch_requests: Annotated[
+        int | None, _limit("max_batch_requests", "requests per micro-batch (1 = no batching)")
+    ] = None,
+    max_queue: Annotated[int | None, _limit("max_queue", "waiting requests before answering 429")] = None,
+    max_new_tokens: Annotated[
+        int | None, _limit("max_new_tokens", "chat: the most tokens per reply a request may ask for (max_tokens)")
+    ] = None,
+    max_prompt_tokens: Annotated[
+        int | None, _limit("max_prompt_tokens", "chat: tokens of the formatted conversation")
+    ] = None,
+    max_centering: Annotated[
+        int | None, _limit("max_centering", "new instructions centred at once (their calibration batches)")
+    ] = None,
+    max_centering_queue: Annotated[
+        int | None,
+        _limit("max_centering_queue", "new instructions waiting to be centred before answering 429", min=0),
+    ] = None,
     graceful_timeout: Annotated[
         float, typer.Option(min=0, help="seconds to finish accepted requests on shutdown")
     ] = 30.0,
@@ -87,8 +133,13 @@ def serve(
         ),
     ] = None,
     rerank_scoring: Annotated[
-        str, typer.Option("--rerank-scoring", help="rerank scoring by default: query_likelihood or yes_no")
-    ] = "query_likelihood",
+        str | None,
+        typer.Option(
+            "--rerank-scoring",
+            help=f"rerank scoring by default: query_likelihood or yes_no (default {_default('rerank_scoring')})",
+            show_default=False,
+        ),
+    ] = None,
     cors_origin: Annotated[
         list[str] | None,
         typer.Option("--cors-origin", help="allow browser calls from this origin (repeatable; '*' for any)"),
@@ -103,15 +154,42 @@ def serve(
     ] = False,
     center_cache_size: Annotated[
         int | None,
-        typer.Option("--center-cache-size", min=0, help="centers of other instructions kept in memory (default 128)"),
+        typer.Option(
+            "--center-cache-size",
+            min=0,
+            help="centers of other instructions kept in memory (default: the model's, DEFAULT_CACHE_SIZE of "
+            "genembed.encoders.centering)",
+            show_default=False,
+        ),
     ] = None,
 ) -> None:
-    """Serve one model: POST /v1/embeddings, /v1/chat/completions, /v1/rerank, /v2/rerank; /metrics; a page at /."""
-    _check_port(host, port)  # first: a busy port fails in a second, not after the imports and the model load
+    """Serve one model: POST /v1/embeddings (OpenAI), /v1/embed and /v2/embed (Cohere), /v1/chat/completions,
+    /v1/rerank, /v2/rerank; GET /info, /health, /metrics; a page at /.
+
+    Options left unset take the defaults of genembed.serve.ServeSettings (the help states them)."""
+    _check_port(host, _default("port") if port is None else port)  # first: a busy port fails in a second
     from genembed.serve import ServeSettings, create_app, run_server
     from genembed.serve.instructions import load_instructions
     from genembed.serve.server import is_loopback
 
+    given = {  # None: the settings' default
+        "port": port,
+        "max_steps": max_steps,
+        "max_inputs": max_inputs,
+        "max_input_tokens": max_length,
+        "max_request_tokens": max_request_tokens,
+        "max_batch_tokens": max_batch_tokens,
+        "max_batch_requests": max_batch_requests,
+        "max_queue": max_queue,
+        "max_new_tokens": max_new_tokens,
+        "max_prompt_tokens": max_prompt_tokens,
+        "max_centering": max_centering,
+        "max_centering_queue": max_centering_queue,
+        "rerank_scoring": rerank_scoring,
+        "center_cache_size": center_cache_size,
+    }
+    if max_new_tokens is not None:  # a lower cap lowers the default reply length with it
+        given["default_max_new_tokens"] = min(ServeSettings.default_max_new_tokens, max_new_tokens)
     try:
         settings = ServeSettings(
             model_id=model_id,
@@ -119,22 +197,11 @@ def serve(
             method=method or DEFAULT_METHOD,  # checked here; a saved model's own method replaces it once loaded
             prompt_format=prompt_format,
             default_steps=steps or DEFAULT_STEPS,
-            max_steps=max_steps,
-            max_inputs=max_inputs,
-            max_input_tokens=max_input_tokens,
-            max_request_tokens=max_request_tokens,
-            max_batch_tokens=max_batch_tokens,
-            max_batch_requests=max_batch_requests,
-            max_queue=max_queue,
-            max_new_tokens=max_new_tokens,
-            default_max_new_tokens=min(ServeSettings.default_max_new_tokens, max_new_tokens),
-            max_prompt_tokens=max_prompt_tokens,
             instructions=load_instructions(instructions) if instructions is not None else {},
             token_encoding=token_encoding,
-            rerank_scoring=rerank_scoring,
             cors_origins=tuple(cors_origin or ()),
             center_named_only=center_named_only,
-            **({} if center_cache_size is None else {"center_cache_size": center_cache_size}),
+            **{name: value for name, value in given.items() if value is not None},
         )
     except ValueError as exc:
         typer.secho(f"error: {exc}", fg="red", err=True)
@@ -162,10 +229,11 @@ def serve(
         raise typer.Exit(2) from exc
     shown = f"[{host}]" if ":" in host else host
     typer.echo(
-        f"serving {settings.model_id or loaded.name} on http://{shown}:{port} "
+        f"serving {settings.model_id or loaded.name} on http://{shown}:{settings.port} "
         f"(device {loaded.device}; page at /, API docs at /docs)"
     )
-    run_server(app, host=host, port=port, graceful_timeout=graceful_timeout, log_level=log_level)
+    say_generation_weights(loaded)
+    run_server(app, host=host, port=settings.port, graceful_timeout=graceful_timeout, log_level=log_level)
 
 
 def _check_port(host: str, port: int) -> None:

@@ -16,7 +16,7 @@ import typer
 
 from genembed.encoders.defaults import DEFAULT_BATCH_SIZE
 
-from ._common import out_option
+from ._common import DeviceOpt, out_option
 
 
 def teacher_targets(
@@ -24,14 +24,16 @@ def teacher_targets(
     teacher: Annotated[str, typer.Option("--teacher", help="a teacher name or a sentence-transformers folder")] = (
         "all-mpnet-base-v2"
     ),
-    out: Annotated[Path | None, out_option("targets root (default <genembed cache>/teacher-targets)")] = None,
+    out: Annotated[
+        Path | None, out_option("targets root to write to (default <genembed cache>/teacher-targets)")
+    ] = None,
     batch_size: Annotated[
-        int, typer.Option("--batch-size", min=1, help="texts per teacher forward")
+        int, typer.Option("--batch-size", min=1, help="texts per forward pass of the teacher")
     ] = DEFAULT_BATCH_SIZE,
     chunk_size: Annotated[int, typer.Option("--chunk-size", min=1, help="texts per saved chunk")] = 2048,
-    device: Annotated[str | None, typer.Option("--device", help="cpu or cuda (default: cuda if available)")] = None,
+    device: DeviceOpt = "auto",
     max_length: Annotated[
-        int | None, typer.Option("--max-length", min=1, help="tokens the teacher reads per text (default: its own)")
+        int | None, typer.Option("--max-length", min=1, help="tokens per text the teacher reads (default: its own)")
     ] = None,
     count: Annotated[bool, typer.Option("--count", help="only count the texts and those still missing")] = False,
 ) -> None:

@@ -16,6 +16,8 @@ from typing import Annotated
 
 import typer
 
+from ._common import out_option
+
 
 def train(
     config: Annotated[Path, typer.Argument(help="YAML run config (examples in configs/)")],
@@ -47,7 +49,7 @@ def train(
 
 def export_checkpoint(
     run_dir: Annotated[Path, typer.Argument(help="a training run folder (train.output_dir)")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="adapter folder to write (must not exist)")],
+    out: Annotated[Path, out_option("adapter folder to write (must not exist)")],
     step: Annotated[
         int | None, typer.Option("--step", min=1, help="checkpoint step (default: the newest)", show_default=False)
     ] = None,

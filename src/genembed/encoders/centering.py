@@ -54,9 +54,13 @@ __all__ = [
     "center_cache",
     "center_key",
     "clear_centers",
+    "find_center",
     "instruction_center",
     "load_centers",
+    "mean_direction",
+    "remember_center",
     "save_centers",
+    "weights_id",
 ]
 
 _CALIBRATION = "calibration.txt"
@@ -165,28 +169,61 @@ def instruction_center(
         The mean of the calibration texts' L2-normalised embeddings: ``(D,)``, or ``(K, D)``, one
         center per step, with ``all_steps`` (GIRCSE ``return_all_steps``).
     """
+    found = find_center(backbone, settings, instruction, all_steps=all_steps)
+    if found is not None:
+        return found
+    embeddings, _ = encode_texts(
+        backbone,
+        list(calibration_texts()),
+        settings,
+        instruction=instruction,
+        return_all_steps=all_steps,
+        show_progress_bar=False,
+    )
+    return remember_center(backbone, center_key(settings, instruction, all_steps=all_steps), mean_direction(embeddings))
+
+
+def find_center(
+    backbone: Any, settings: EmbedSettings, instruction: str, *, all_steps: bool = False
+) -> torch.Tensor | None:
+    """The center of ``settings`` and ``instruction`` when it is known without encoding anything: stored
+    with the model, used lately, or in the disk cache (then kept in memory); else None.
+
+    The first disk lookup of a model digests its weights (about a second for the default model on a CPU);
+    :func:`weights_id` does it ahead."""
     cache = center_cache(backbone)
     key = center_key(settings, instruction, all_steps=all_steps)
     found = cache.get(key)
-    if found is not None:
-        return found
+    if found is None and center_files.cache_folder() is not None:
+        found = center_files.read_cached(weights_id(backbone), key, calibration_digest())
+        if found is not None:
+            cache.put(key, found)
+    return found
+
+
+def mean_direction(embeddings: torch.Tensor) -> torch.Tensor:
+    """The mean of L2-normalised embeddings over the first axis: a center, from the calibration texts'
+    embeddings (``(n, D)`` or ``(n, K, D)``)."""
+    return torch.nn.functional.normalize(embeddings.float(), dim=-1).mean(dim=0)
+
+
+def remember_center(backbone: Any, key: str, center: torch.Tensor) -> torch.Tensor:
+    """Keep a newly computed center (named by :func:`center_key`) in memory and in the disk cache,
+    count it in :attr:`CenterCache.computed`, and return it."""
+    cache = center_cache(backbone)
+    cache.computed += 1
+    if center_files.cache_folder() is not None:
+        center_files.write_cached(weights_id(backbone), key, calibration_digest(), center)
+    cache.put(key, center)
+    return center
+
+
+def weights_id(backbone: Any) -> str:
+    """The digest of a backbone's weights that its disk-cached centers are filed under (computed once)."""
+    cache = center_cache(backbone)
     if cache.model_id is None:
         cache.model_id = _weights_digest(backbone)
-    found = center_files.read_cached(cache.model_id, key, calibration_digest())
-    if found is None:
-        embeddings, _ = encode_texts(
-            backbone,
-            list(calibration_texts()),
-            settings,
-            instruction=instruction,
-            return_all_steps=all_steps,
-            show_progress_bar=False,
-        )
-        found = torch.nn.functional.normalize(embeddings.float(), dim=-1).mean(dim=0)
-        cache.computed += 1
-        center_files.write_cached(cache.model_id, key, calibration_digest(), found)
-    cache.put(key, found)
-    return found
+    return cache.model_id
 
 
 def apply_center(embeddings: torch.Tensor, center_vector: torch.Tensor) -> torch.Tensor:

@@ -1,17 +1,13 @@
 """Generation with the embedding model's own weights: decoding, chat and generative reranking.
 
 ``GenerativeEmbedder.generate`` and ``.rerank`` are the user-facing entry points; the functions here
-are the building blocks (``decode_stream`` is also what RAG decodes with).
+are the building blocks (``decode_stream`` is also what RAG decodes with). Importing the package does
+no work: each name loads its module on first use.
 """
 
 from __future__ import annotations
 
-from .adapters import adapter_mode
-from .chat import chat_prompt_ids, generate_pieces
-from .decoding import decode_stream, lm_head, sample_next
-from .detokenize import IncrementalDetokenizer, StopScanner, stream_pieces
-from .rerank import DEFAULT_RERANK_INSTRUCTION, RerankResult, rerank, score_pairs
-from .sampling import SamplingOptions
+from .._lazy import lazy_names
 
 __all__ = [
     "DEFAULT_RERANK_INSTRUCTION",
@@ -29,3 +25,23 @@ __all__ = [
     "score_pairs",
     "stream_pieces",
 ]
+
+__getattr__, __dir__ = lazy_names(
+    __name__,
+    {
+        "DEFAULT_RERANK_INSTRUCTION": "rerank",
+        "IncrementalDetokenizer": "detokenize",
+        "RerankResult": "rerank",
+        "SamplingOptions": "sampling",
+        "StopScanner": "detokenize",
+        "adapter_mode": "adapters",
+        "chat_prompt_ids": "chat",
+        "decode_stream": "decoding",
+        "generate_pieces": "chat",
+        "lm_head": "decoding",
+        "rerank": "rerank",
+        "sample_next": "decoding",
+        "score_pairs": "rerank",
+        "stream_pieces": "detokenize",
+    },
+)

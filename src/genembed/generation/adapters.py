@@ -24,10 +24,13 @@ from .._peft import quiet_peft
 
 __all__ = [
     "GENERATION_ADAPTER",
+    "BaseWeightsWarning",
     "adapter_mode",
     "attach_generation_adapter",
+    "base_weights_note",
     "each_step_in",
     "generating_adapter",
+    "generation_weights_label",
     "generator_choice",
     "same_weights",
 ]
@@ -54,6 +57,40 @@ def generating_adapter(model: Any) -> str | None:
     if isinstance(choice, str):
         return choice
     return "default" if choice and getattr(model, "adapter", None) else None
+
+
+class BaseWeightsWarning(UserWarning):
+    """``generate`` runs on the raw backbone's weights while an embedding adapter is loaded."""
+
+
+def generation_weights_label(model: Any) -> str:
+    """The weights ``model`` generates with, in words: ``"<backbone> (base weights)"``, ``"<backbone> +
+    adapter <name>"`` or ``"<backbone> + generation adapter <name>"``."""
+    weights, backbone = generating_adapter(model), model.backbone.name
+    if weights is None:
+        return f"{backbone} (base weights)"
+    if weights == "default":
+        return f"{backbone} + adapter {model.adapter}"
+    return f"{backbone} + generation adapter {model.generation_adapter_name}"
+
+
+def base_weights_note(model: Any) -> str | None:
+    """One line for the user when ``model`` generates with the raw backbone's weights although an adapter
+    is loaded (``generation_adapter`` False: the adapter is for embeddings only, or was switched off for
+    generation), naming the better choice; None otherwise (no adapter, or one that generates)."""
+    adapter = getattr(model, "adapter", None)
+    if not adapter or getattr(model, "generation_adapter", False) is not False:
+        return None
+    trained_for = getattr(model, "trained_for", None)
+    if trained_for is not None and trained_for.generation:  # a jointly trained adapter, switched off
+        return (
+            f"note: replies come from the raw backbone weights, not from adapter {adapter}, which was trained to "
+            "generate too: use --generator adapter (model.generation_adapter = True)"
+        )
+    return (
+        f"note: replies come from the raw backbone weights (adapter {adapter} is trained for embeddings only); "
+        'for better replies use --adapter joint (genembed.load(adapter="joint"))'
+    )
 
 
 def same_weights(model: Any) -> bool:

@@ -294,7 +294,7 @@ class FaissStore(ManifestQueries):
             )
             rows.append(("KV made by", made_by))
         else:
-            rows.append(("KV states", "not stored (rebuild with --store-kv for --cache doc/querydoc/docquery)"))
+            rows.append(("KV states", "not stored (rebuild with --store-kv for --kv-cache doc/querydoc/docquery)"))
         rows.append(("generation", f"{manifest['generation']} (updated {manifest['updated']})"))
         return rows
 

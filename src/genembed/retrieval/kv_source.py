@@ -78,7 +78,7 @@ def check_kv_source(stored: dict[str, Any] | None, model: Any, prompt: RagPrompt
     """
     fix = (
         f"Rebuild it with `genembed index build ... --out {index} --store-kv --overwrite` with the model you "
-        "generate with, or answer with --cache none or query (which need no stored states)."
+        "generate with, or answer with --kv-cache none or query (which need no stored states)."
     )
     if stored is None:
         raise KVSourceError(

@@ -313,7 +313,7 @@ class MilvusStore(ManifestQueries):
             size = sum(p.stat().st_size for p in files)
             rows.append(("KV states", f"{manifest['kv']['dtype']} in {self.kv_dir}: {size / 1e6:,.1f} MB on disk"))
         else:
-            rows.append(("KV states", "not stored (rebuild with --store-kv for --cache doc/querydoc/docquery)"))
+            rows.append(("KV states", "not stored (rebuild with --store-kv for --kv-cache doc/querydoc/docquery)"))
         rows.append(("updated", manifest["updated"]))
         return rows
 

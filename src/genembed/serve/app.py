@@ -17,7 +17,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 
@@ -98,7 +98,8 @@ def create_app(model: Any, settings: ServeSettings | None = None) -> FastAPI:
     @app.exception_handler(QueueFullError)
     async def _queue_full(request: Request, exc: QueueFullError) -> JSONResponse:
         body = error_body(429, f"server busy: {exc}; retry later", code="queue_full")
-        return JSONResponse(body, status_code=429, headers={"Retry-After": "1"})
+        retry_after = getattr(exc, "retry_after", 1)  # a centring queue knows how long its work takes
+        return JSONResponse(body, status_code=429, headers={"Retry-After": str(retry_after)})
 
     @app.exception_handler(BatcherClosedError)
     async def _closing(request: Request, exc: BatcherClosedError) -> JSONResponse:
@@ -137,6 +138,10 @@ def create_app(model: Any, settings: ServeSettings | None = None) -> FastAPI:
     @app.get("/", include_in_schema=False)
     async def index() -> FileResponse:
         return FileResponse(f"{_static_dir()}/index.html", media_type="text/html")
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> Response:  # browsers ask for it: no icon, and no 404 in the log
+        return Response(status_code=204)
 
     app.mount("/static", StaticFiles(directory=_static_dir()), name="static")
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)

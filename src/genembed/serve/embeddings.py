@@ -87,14 +87,14 @@ async def embed_texts(
     texts: list[str],
     instruction: str,
     *,
-    steps: int | None = None,
+    steps: int | str | None = None,
     field: str,
     cut: bool = False,
 ) -> tuple[np.ndarray, int]:
     """Embed ``texts`` through the batcher: ``(n, dim)`` float32 vectors and the texts' tokens.
 
     Args:
-        steps: GIRCSE's K (None: the server's default).
+        steps: GIRCSE's K or ``"auto"`` (None: the server's default).
         field: the request field holding the texts, named in errors.
         cut: texts too long for ``max_input_tokens`` are cut by the encoder (from the end) rather
             than refused with 413 (unless the instruction and template alone are too long).
@@ -107,11 +107,11 @@ async def embed_texts(
         prompt_lengths = [min(n, limit) if n - t < limit else n for n, t in pairs]
     state.check_sizes(prompt_lengths, field=field, what="inputs")
     assert state.batcher is not None
-    rules = method_rules(state.settings.method)
-    if not rules.uses_steps:  # single-pass methods ignore steps: one key lets such requests share batches
+    if not method_rules(state.settings.method).uses_steps:  # single-pass: steps change nothing; share batches
         steps = state.settings.default_steps
-    cost = sum(prompt_lengths) + (steps if rules.uses_steps else 0) * len(texts)  # soft tokens run too
-    vectors = await state.batcher.submit(texts, key=(instruction, steps), cost=cost)
+    cost = sum(prompt_lengths) + state.soft_tokens(steps) * len(texts)  # soft tokens run through the model too
+    key = await state.embed_key(instruction, steps)  # a new instruction's center is computed first
+    vectors = await state.batcher.submit(texts, key=key, cost=cost)
     tokens = sum(text_lengths)
     state.metrics.count_tokens("embeddings", "prompt", tokens)
     return np.asarray(vectors, dtype=np.float32), tokens

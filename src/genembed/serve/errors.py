@@ -31,7 +31,7 @@ _TYPES = {
 
 
 _WHEN = {
-    400: "The body could not be read (for example, bytes that are not UTF-8).",
+    400: "The body could not be read (not JSON, or bytes that are not UTF-8).",
     401: "The server has an API key and the request's `Authorization: Bearer` is missing or wrong.",
     404: "No such model.",
     413: "Too many inputs or tokens for this server's limits.",
@@ -95,12 +95,32 @@ def _location(loc: tuple[Any, ...]) -> str:
     # pydantic tags the branches of a union ("list[...]", "function-after[...]", "str"): not field names
     if loc and loc[0] in _SKIP:  # where the value came from; a field may itself be named "query"
         loc = loc[1:]
-    parts = [str(p) for p in loc if not (isinstance(p, str) and ("[" in p or p in _UNION_TAGS or p[:1].isupper()))]
+    parts = [str(p) for p in loc if not (isinstance(p, str) and _is_tag(p))]
     return ".".join(parts) if parts else "body"
 
 
+def _is_tag(part: str) -> bool:
+    return "[" in part or part in _UNION_TAGS or part.startswith("constrained-") or part[:1].isupper()
+
+
+def _json_error(errors: list[dict[str, Any]]) -> str | None:
+    """The message for a body that is not JSON (FastAPI reports the character offset as the location)."""
+    for e in errors:
+        if e.get("type") == "json_invalid":
+            loc = e.get("loc", ())
+            where = f" at character {loc[-1]}" if loc and isinstance(loc[-1], int) else ""
+            reason = (e.get("ctx") or {}).get("error") or e.get("msg", "")
+            return f"the request body is not valid JSON{where}: {reason}"
+    return None
+
+
 def _validation_message(errors: list[dict[str, Any]]) -> str:
-    shown = list(dict.fromkeys(f"{_location(tuple(e.get('loc', ())))}: {e.get('msg', 'invalid')}" for e in errors))
+    located = [(_location(tuple(e.get("loc", ()))), e) for e in errors]
+    # a union reports every branch: where one branch had the right type but a bad value, the other
+    # branches' "should be a valid list/int/..." only hide that message
+    specific = {where for where, e in located if not str(e.get("type", "")).endswith("_type")}
+    kept = [(w, e) for w, e in located if w not in specific or not str(e.get("type", "")).endswith("_type")]
+    shown = list(dict.fromkeys(f"{where}: {e.get('msg', 'invalid')}" for where, e in kept))
     more = f" (and {len(shown) - 5} more)" if len(shown) > 5 else ""
     return "invalid request: " + "; ".join(shown[:5]) + more
 
@@ -118,6 +138,9 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = list(exc.errors())
+        not_json = _json_error(errors)
+        if not_json is not None:
+            return _response(400, not_json, param="body", code="invalid_json")
         # the deepest location names the field best (a union reports each branch at its own depth)
         param = max((_location(tuple(e.get("loc", ()))) for e in errors), key=lambda p: p.count("."), default=None)
         return _response(422, _validation_message(errors), param=param, code="invalid_request")

@@ -6,10 +6,12 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 
+from ..generation.adapters import base_weights_note
 from ..generation.rerank import SCORINGS
 from .errors import error_responses
 from .instructions import INPUT_TYPES, TASKS
 from .schemas import Health, Info, RerankUsage, TokenizeData, TokenizeRequest, TokenizeResponse
+from .settings import LIMITS
 from .state import ServingState, get_state
 
 __all__ = ["keyed", "public"]
@@ -29,6 +31,9 @@ async def health(state: ServingState = Depends(get_state)) -> Health:
         batches=batcher.batches if batcher else 0,
         batched_requests=batcher.batched_requests if batcher else 0,
         largest_batch=batcher.largest_batch if batcher else 0,
+        centering_instructions=state.centers.active if state.centers else 0,
+        queued_centering=state.centers.waiting if state.centers else 0,
+        background_batches=batcher.background_batches if batcher else 0,
     )
 
 
@@ -65,13 +70,9 @@ async def info(state: ServingState = Depends(get_state)) -> Info:
         default_rerank_scoring=s.rerank_scoring,
         device=str(state.model.device),
         dtype=str(state.model.backbone.model.dtype).removeprefix("torch."),
-        limits={
-            "max_inputs": s.max_inputs,
-            "max_input_tokens": s.max_input_tokens,
-            "max_request_tokens": s.max_request_tokens,
-            "max_new_tokens": s.max_new_tokens,
-            "max_prompt_tokens": s.max_prompt_tokens,
-        },
+        limits={name: getattr(s, name) for name in (*LIMITS, "max_centering", "max_centering_queue")},
+        generation_weights=state.model.generation_weights,
+        generation_note=base_weights_note(state.model),
     )
 
 

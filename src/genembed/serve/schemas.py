@@ -64,7 +64,16 @@ def _utf8(text: str) -> str:
     return text
 
 
+def _not_empty(text: str) -> str:
+    if not text:
+        raise ValueError("an empty input has nothing to embed; send at least one character")
+    return text
+
+
 Text = Annotated[str, AfterValidator(_utf8)]
+# `input: ""` is a mistake (nothing to embed); an empty item of a list is a text like any other (an
+# empty document of a corpus still gets its vector, from the prompt template and instruction)
+InputText = Annotated[str, AfterValidator(_utf8), AfterValidator(_not_empty)]
 ModelName = Annotated[str | None, Field(description="Accepted and ignored: the server serves one model.")]
 TokenId = Annotated[int, Field(ge=0)]
 TokenIds = Annotated[list[TokenId], Field(min_length=1)]
@@ -105,7 +114,10 @@ _INPUT_TYPE = (
 
 class EmbeddingRequest(_Request):
     input: (
-        Text | Annotated[list[Text], Field(min_length=1)] | TokenIds | Annotated[list[TokenIds], Field(min_length=1)]
+        InputText
+        | Annotated[list[Text], Field(min_length=1)]
+        | TokenIds
+        | Annotated[list[TokenIds], Field(min_length=1)]
     ) = Field(
         description="One text, a list of texts, or token ids (one list, or a list of lists) of the served "
         "model's tokenizer (or of the server's --token-encoding); each gives one embedding, in order."
@@ -125,7 +137,11 @@ class EmbeddingRequest(_Request):
             description="Jina: `retrieval.query` embeds with the `query` instruction, `retrieval.passage` with none.",
         )
     )
-    steps: int | None = Field(None, ge=1, description="genembed: GIRCSE soft tokens K (server default if unset).")
+    steps: Annotated[int, Field(ge=1)] | Literal["auto"] | None = Field(
+        None,
+        description="genembed: GIRCSE soft tokens K, or `auto` to stop each text once its embedding settles (at most "
+        "the server's max_steps); server default if unset.",
+    )
 
 
 class EmbeddingData(BaseModel):
@@ -244,6 +260,12 @@ _SCORING = (
 )
 
 
+_TRUNCATION = (
+    "`true` (default, as Cohere and Jina do): a document too long for the server's max_input_tokens with the "
+    "query is cut from its end to fit; `false`: such a document is refused with 413."
+)
+
+
 class RerankRequest(_Request):
     query: Query
     documents: Annotated[list[Text | RerankDocument], Field(min_length=1)]
@@ -252,6 +274,7 @@ class RerankRequest(_Request):
     return_documents: bool = Field(True, description="Include each document's text in its result.")
     instruction: Text | None = Field(None, description="genembed: the relevance task, e.g. for reranking prompts.")
     scoring: Scoring | None = Field(None, description=_SCORING)
+    truncation: bool = Field(True, description=_TRUNCATION)
 
 
 class RerankResult(BaseModel):
@@ -276,9 +299,15 @@ class V2RerankRequest(_Request):
     query: Query
     documents: Annotated[list[Text], Field(min_length=1)]
     top_n: int | None = Field(None, ge=1, description="Return only the n most relevant documents.")
-    max_tokens_per_doc: int | None = Field(None, ge=1, description="Documents are cut to this many tokens.")
+    max_tokens_per_doc: int | None = Field(
+        None,
+        ge=1,
+        description="Documents are cut to this many tokens (and, with `truncation`, to what fits the server's "
+        "max_input_tokens with the query).",
+    )
     instruction: Text | None = Field(None, description="genembed: the relevance task, e.g. for reranking prompts.")
     scoring: Scoring | None = Field(None, description=_SCORING)
+    truncation: bool = Field(True, description=_TRUNCATION)
 
 
 class V2RerankResult(BaseModel):
@@ -297,6 +326,7 @@ class MetaTokens(BaseModel):
 class V2RerankMeta(BaseModel):
     api_version: ApiVersion
     tokens: MetaTokens
+    warnings: list[str] | None = Field(None, description="What the server did that the request did not ask for.")
 
 
 class V2RerankResponse(BaseModel):
@@ -439,6 +469,9 @@ class Health(BaseModel):
     batches: int
     batched_requests: int
     largest_batch: int
+    centering_instructions: int = Field(0, description="New instructions whose center is being computed now.")
+    queued_centering: int = Field(0, description="New instructions waiting for their center to be computed.")
+    background_batches: int = Field(0, description="Batches of calibration texts run (centring new instructions).")
 
 
 class Info(BaseModel):
@@ -457,3 +490,7 @@ class Info(BaseModel):
     device: str
     dtype: str
     limits: dict[str, int]
+    generation_weights: str = Field(description="The weights chat and rerank run on (backbone, adapter).")
+    generation_note: str | None = Field(
+        None, description="Set when chat replies come from the raw backbone weights while an adapter is loaded."
+    )

@@ -41,14 +41,17 @@ def run_server(
     app: Any,
     *,
     host: str = "127.0.0.1",
-    port: int = 8000,
+    port: int | None = None,
     graceful_timeout: float | None = 30.0,
     log_level: str = "info",
 ) -> None:
     """Serve until SIGINT/SIGTERM; then stop accepting, finish accepted requests (up to
-    ``graceful_timeout`` seconds) and stop."""
+    ``graceful_timeout`` seconds) and stop. ``port`` None: :attr:`ServeSettings.port`."""
     import uvicorn
 
+    from .settings import ServeSettings
+
+    port = ServeSettings.port if port is None else port
     uvicorn.Server(_config(app, host, port, graceful_timeout, log_level)).run()
 
 

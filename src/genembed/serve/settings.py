@@ -5,13 +5,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..encoders.centering import DEFAULT_CACHE_SIZE
 from ..encoders.defaults import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH
 from ..encoders.methods import DEFAULT_MAX_STEPS, DEFAULT_METHOD, DEFAULT_STEPS, METHODS
 from ..encoders.prompts import PROMPT_FORMATS
 from ..generation.sampling import SamplingOptions
 
-__all__ = ["ServeSettings"]
+__all__ = ["LIMITS", "ServeSettings"]
+
+# the limits a request is held to, each a positive int field of ServeSettings (the `serve` options of the
+# same names default to None: these fields' defaults)
+LIMITS = (
+    "max_steps",
+    "max_inputs",
+    "max_input_tokens",
+    "max_request_tokens",
+    "max_batch_tokens",
+    "max_batch_requests",
+    "max_queue",
+    "max_new_tokens",
+    "max_prompt_tokens",
+)
 
 
 @dataclass(frozen=True)
@@ -22,6 +35,7 @@ class ServeSettings:
     width get 422: they are bad values, not too much work).
     """
 
+    port: int = 8000  # where `genembed serve` (run_server) listens
     model_id: str | None = None  # name in responses and /v1/models (default: the loaded model's name)
     api_key: str | None = None  # when set, /v1/* needs "Authorization: Bearer <key>"
     method: str = DEFAULT_METHOD  # embedding method: a name in genembed.encoders.methods.METHODS
@@ -49,30 +63,27 @@ class ServeSettings:
     # with a centering model (genembed.encoders.centering): center only the named instructions (stored
     # with the model or computed at start-up); a request's own instruction is then embedded uncentered
     center_named_only: bool = False
-    center_cache_size: int = DEFAULT_CACHE_SIZE  # centers of other instructions kept in memory (LRU)
+    # centers of other instructions kept in memory (LRU); None: the model's center cache keeps its size
+    # (genembed.encoders.centering.DEFAULT_CACHE_SIZE unless changed)
+    center_cache_size: int | None = None
+    # the centring budget (genembed.serve.centers): new instructions centred at once, and how many more
+    # wait for their turn before a request with yet another one is answered 429 with Retry-After
+    max_centering: int = 1
+    max_centering_queue: int = 2
 
     def __post_init__(self) -> None:
-        for name in (
-            "default_steps",
-            "max_steps",
-            "max_inputs",
-            "max_input_tokens",
-            "max_request_tokens",
-            "max_batch_tokens",
-            "max_batch_requests",
-            "encode_batch_size",
-            "max_queue",
-            "max_new_tokens",
-            "default_max_new_tokens",
-            "max_prompt_tokens",
-        ):
+        for name in (*LIMITS, "default_steps", "encode_batch_size", "default_max_new_tokens", "max_centering"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"ServeSettings.{name} must be a positive int, got {value!r}")
-        if isinstance(self.center_cache_size, bool) or not isinstance(self.center_cache_size, int):
-            raise ValueError(f"ServeSettings.center_cache_size must be an int >= 0, got {self.center_cache_size!r}")
-        if self.center_cache_size < 0:
-            raise ValueError(f"ServeSettings.center_cache_size must be an int >= 0, got {self.center_cache_size!r}")
+        if isinstance(self.port, bool) or not isinstance(self.port, int) or not 0 <= self.port <= 65535:
+            raise ValueError(f"ServeSettings.port must be an int in 0..65535, got {self.port!r}")
+        for name in ("center_cache_size", "max_centering_queue"):
+            value = getattr(self, name)
+            if name == "center_cache_size" and value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"ServeSettings.{name} must be an int >= 0, got {value!r}")
         if self.default_steps > self.max_steps:
             raise ValueError(f"default_steps ({self.default_steps}) exceeds max_steps ({self.max_steps})")
         if self.default_max_new_tokens > self.max_new_tokens:

@@ -5,14 +5,28 @@ from __future__ import annotations
 
 import copy
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 from fastapi import Request
 
-from ..encoders.centering import calibration_texts, center_cache, center_key, instruction_center
+from ..encoders import center_files
+from ..encoders.centering import (
+    apply_center,
+    calibration_texts,
+    center_cache,
+    center_key,
+    instruction_center,
+    weights_id,
+)
+from ..encoders.embedder import encode_texts
 from ..encoders.prompts import encode_prompts
+from ..encoders.settings import EmbedSettings
+from ..models.trained_for import warn_if_untrained
 from .batcher import EmbeddingBatcher
+from .centers import CalibrationKey, CenterScheduler
 from .errors import APIError
 from .instructions import named_instructions
 from .metrics import ServeMetrics
@@ -20,7 +34,17 @@ from .settings import ServeSettings
 from .token_input import TokenDecoder
 from .worker import ModelWorker
 
-__all__ = ["ServingState", "get_state"]
+__all__ = ["EmbedKey", "ServingState", "get_state"]
+
+
+@dataclass(frozen=True)
+class EmbedKey:
+    """The batch key of a client's texts: requests with equal keys share forward passes. ``center`` (the
+    instruction's center, None: uncentered) follows from the other two, so it is not compared."""
+
+    instruction: str
+    steps: int | str  # GIRCSE K or "auto"
+    center: torch.Tensor | None = field(default=None, compare=False, repr=False)
 
 
 class ServingState:
@@ -41,11 +65,14 @@ class ServingState:
         self.created = int(time.time())
         self.worker = ModelWorker(max_active=settings.max_queue)
         self.batcher: EmbeddingBatcher | None = None
+        self.centers: CenterScheduler | None = None
+        self._settings_by_steps: dict[int | str, EmbedSettings] = {}
         # The model thread tokenizes with the model's tokenizer; a fast tokenizer must not be used by
         # two threads at once, so the event loop counts tokens with its own copy.
         self.tokenizer = copy.deepcopy(model.backbone.tokenizer)
         self.instructions = named_instructions(model, settings.instructions)
-        center_cache(model.backbone).max_size = settings.center_cache_size
+        if settings.center_cache_size is not None:
+            center_cache(model.backbone).max_size = settings.center_cache_size
         self.token_decoder = TokenDecoder(self.tokenizer, settings.token_encoding)
         self.metrics = ServeMetrics()
         self.metrics.watch_queues(lambda: self.batcher.queued if self.batcher else 0, lambda: self.worker.active)
@@ -62,6 +89,13 @@ class ServingState:
             on_batch=self.metrics.observe_batch,
         )
         self.batcher.start()
+        self.centers = CenterScheduler(
+            self.model.backbone,
+            self.batcher,
+            self.text_costs,
+            max_active=s.max_centering,
+            max_queue=s.max_centering_queue,
+        )
 
     async def close(self) -> None:
         """Finish accepted requests, then stop the model thread."""
@@ -74,8 +108,9 @@ class ServingState:
 
         With a centering model, loads or computes the centers of the named instructions for requests
         that leave the settings at their defaults, and keeps them for the server's life (the cache of
-        other instructions' centers cannot push them out). Then embeds one text, which pays the
-        one-off costs of a process's first forward pass (about a second on a CPU).
+        other instructions' centers cannot push them out); and digests the weights the disk cache of
+        centers is keyed by (when requests may bring their own instructions). Then embeds one text,
+        which pays the one-off costs of a process's first forward pass (about a second on a CPU).
 
         Returns:
             How many centers had to be computed (none when they are stored with the model).
@@ -84,35 +119,79 @@ class ServingState:
         cache = center_cache(self.model.backbone)
         before = cache.computed
         if self.model.center:
-            embed_settings = self.model.embed_settings(
-                method=s.method, steps=s.default_steps, max_length=s.max_input_tokens, batch_size=s.encode_batch_size
-            )
+            embed_settings = self.embed_settings(s.default_steps)
             for instruction in dict.fromkeys(self.instructions.values()):
                 cache.keep(
                     center_key(embed_settings, instruction),
                     instruction_center(self.model.backbone, embed_settings, instruction),
                 )
+            if not s.center_named_only and center_files.cache_folder() is not None:
+                weights_id(self.model.backbone)  # now, not on the event loop at the first new instruction
+        settings = self.embed_settings(s.default_steps)
+        warn_if_untrained(self.model.trained_for, self.model.adapter, settings.method, settings.attention)
         text = calibration_texts()[0]
         prompt, tokens = self.embedding_prompt_lengths([text], "")  # no request runs yet: the tokenizer is free
         if prompt[0] - tokens[0] < s.max_input_tokens:  # else no text fits and every request gets 413
-            self._encode(("", s.default_steps), [text])
+            self._encode(EmbedKey("", s.default_steps), [text])
         return cache.computed - before
 
-    def _encode(self, key: tuple[str, int], texts: list[str]) -> np.ndarray:
-        instruction, steps = key
-        s = self.settings
+    def embed_settings(self, steps: int | str) -> EmbedSettings:
+        """The settings the server embeds with at ``steps`` (a number or ``"auto"``, at most ``max_steps``)."""
+        found = self._settings_by_steps.get(steps)
+        if found is None:
+            s = self.settings
+            found = self._settings_by_steps[steps] = self.model.embed_settings(
+                method=s.method,
+                steps=steps,
+                prompt_format=s.prompt_format,
+                max_length=s.max_input_tokens,
+                batch_size=s.encode_batch_size,
+                max_steps=s.max_steps,
+            )
+        return found
+
+    def centers_instruction(self, instruction: str) -> bool:
+        """Whether embeddings made with ``instruction`` are centred (``--center-named-only`` leaves a
+        request's own instructions uncentered)."""
         named = instruction in self.instructions.values()
-        return self.model.encode(
+        return bool(self.model.center) and (named or not self.settings.center_named_only)
+
+    async def embed_key(self, instruction: str, steps: int | str) -> EmbedKey:
+        """The batch key of texts embedded with ``instruction`` and ``steps``, with the instruction's
+        center when it is centred (found, or computed within the centring budget; see
+        :mod:`genembed.serve.centers`)."""
+        if not self.centers_instruction(instruction):
+            return EmbedKey(instruction, steps)
+        assert self.centers is not None
+        return EmbedKey(instruction, steps, await self.centers.center(self.embed_settings(steps), instruction, steps))
+
+    def _encode(self, key: EmbedKey | CalibrationKey, texts: list[str]) -> np.ndarray:
+        """Run on the model thread: the texts' L2-normalised embeddings, centred when ``key`` says so
+        (calibration texts are never centred: they make a center)."""
+        embeddings, _ = encode_texts(
+            self.model.backbone,
             texts,
-            instruction=instruction,
-            steps=steps,
-            method=s.method,
-            prompt_format=s.prompt_format,
-            batch_size=s.encode_batch_size,
-            max_length=s.max_input_tokens,
+            self.embed_settings(key.steps),
+            instruction=key.instruction,
             show_progress_bar=False,
-            center=False if s.center_named_only and not named else None,
         )
+        if isinstance(key, CalibrationKey):  # a center is the mean of these, uncentered and whole
+            return torch.nn.functional.normalize(embeddings.float(), dim=-1).numpy()
+        if key.center is not None:
+            embeddings = apply_center(embeddings, key.center)
+        if self.model.truncate_dim:  # as model.encode does (then normalised)
+            embeddings = embeddings[..., : self.model.truncate_dim]
+        return torch.nn.functional.normalize(embeddings.float(), dim=-1).numpy()
+
+    def text_costs(self, texts: list[str], instruction: str, steps: int | str) -> list[int]:
+        """Tokens each text runs through the model (prompt and soft tokens): what a batch budgets."""
+        soft = self.soft_tokens(steps)
+        return [n + soft for n in self.prompt_lengths(texts, instruction)]
+
+    def soft_tokens(self, steps: int | str) -> int:
+        """Soft tokens a text runs through the model besides its prompt, at most (for batch costs)."""
+        settings = self.embed_settings(steps)
+        return settings.steps if settings.rules.uses_steps else 0
 
     def count_tokens(self, texts: list[str]) -> list[int]:
         """Tokens per text (no special tokens), with the model's tokenizer."""
@@ -129,6 +208,10 @@ class ServingState:
         except (TypeError, ValueError) as exc:
             raise APIError(422, f"cannot format the conversation: {exc}", param="messages") from exc
 
+    def prompt_lengths(self, texts: list[str], instruction: str) -> list[int]:
+        """Prompt tokens per text (see :meth:`embedding_prompt_lengths`)."""
+        return self.embedding_prompt_lengths(texts, instruction)[0]
+
     def embedding_prompt_lengths(self, texts: list[str], instruction: str) -> tuple[list[int], list[int]]:
         """``(prompt tokens, text tokens)`` per text, exactly as the encoder will build the prompts."""
         fmt = self.model.embed_settings(
@@ -137,10 +220,13 @@ class ServingState:
         prompts = encode_prompts(self.tokenizer, texts, instruction=instruction, prompt_format=fmt, max_length=1 << 30)
         return [len(p.ids) for p in prompts], [p.text_end - p.text_start for p in prompts]
 
-    def check_steps(self, steps: int | None, field: str = "steps") -> int:
-        """The request's steps, or the default; 422 above ``max_steps``."""
+    def check_steps(self, steps: int | str | None, field: str = "steps") -> int | str:
+        """The request's steps (a number, or ``"auto"``: adaptive, at most ``max_steps``), or the
+        default; 422 above ``max_steps``."""
         if steps is None:
             return self.settings.default_steps
+        if steps == "auto":
+            return steps
         if steps > self.settings.max_steps:
             raise APIError(
                 422, f"{field}={steps} exceeds this server's max_steps={self.settings.max_steps}", param=field

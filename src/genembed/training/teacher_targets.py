@@ -257,7 +257,7 @@ def build_targets(
         dimension: the embedding size (with ``encode``; read from the teacher otherwise).
         chunk_size: texts per chunk file.
         batch_size: texts per teacher forward pass.
-        device: where the teacher runs (None: CUDA if available, else CPU).
+        device: where the teacher runs (None or ``"auto"``: CUDA, then Apple MPS, then the CPU).
         max_length: tokens the teacher reads per text (None: its own ``max_seq_length``, 384 for
             all-mpnet-base-v2); must match the store's when it exists.
         progress: show a progress bar.
@@ -343,9 +343,10 @@ def load_teacher_encoder(
     teacher: str, *, batch_size: int = DEFAULT_BATCH_SIZE, device: str | None = None, max_length: int | None = None
 ) -> tuple[Encode, int, int]:
     """The teacher, loaded now: its encode function, its dimension and the tokens it reads per text."""
+    from ..backbone.device import resolve_device
     from .teacher import Teacher
 
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = resolve_device(device)  # None or "auto": CUDA, then MPS, then the CPU, as every command
     model = Teacher.load(teacher, device, batch_size).model
     if max_length is not None:
         model.max_seq_length = max_length
