@@ -9,6 +9,7 @@ with explicit position ids, so an embedding does not depend on its batch mates.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -16,8 +17,9 @@ import numpy as np
 import torch
 
 from .batching import Batch, collate, length_sorted_batches
-from .core import BatchEmbeddings, embed_prepared
+from .core import BatchEmbeddings, PrefixLookup, embed_prepared
 from .fast_decoder import FastDecoder
+from .prefix_cache import compute_prefix_states, prefix_cache
 from .prompts import EncodedPrompt
 from .quantize import quantize_embeddings
 from .settings import EmbedSettings
@@ -90,13 +92,14 @@ def embed_prompts(
     results: list[torch.Tensor | None] = [None] * len(prompts)
     used: list[int] = [steps] * len(prompts)
     fast = FastDecoder.build(model) if settings.fast_path and settings.use_cache and not keep_kv else None
+    prefixes = _prefix_lookup(model, settings, fast) if not keep_kv else None
     from tqdm.auto import tqdm
 
     disable = not (len(batches) > 8 if progress is None else progress)
     with tqdm(total=len(prompts), desc=f"encode ({settings.method})", disable=disable, unit="text") as bar:
         for indices in batches:
             batch = collate([prompts[i] for i in indices], backbone.tokenizer.pad_token_id).to(device)
-            out = embed_prepared(model, batch, settings, keep_kv=keep_kv, fast=fast)
+            out = embed_prepared(model, batch, settings, keep_kv=keep_kv, fast=fast, prefixes=prefixes)
             vectors = out.steps if return_all_steps else out.final
             for row, i in enumerate(indices):
                 results[i] = vectors[row].float().cpu()
@@ -107,6 +110,21 @@ def embed_prompts(
             bar.update(len(indices))
     stacked = torch.stack(results)  # type: ignore[arg-type]
     return stacked, (torch.tensor(used) if settings.adaptive else None)
+
+
+def _prefix_lookup(model: Any, settings: EmbedSettings, fast: FastDecoder | None) -> PrefixLookup | None:
+    """The model's cached prefix states for this call, where they apply (causal, cached soft tokens or a
+    single pass, no gradients; ``GENEMBED_PREFIX_CACHE=0`` turns it off); see
+    :mod:`genembed.encoders.prefix_cache`."""
+    if not settings.cache_prefix or settings.attention != "causal" or torch.is_grad_enabled():
+        return None
+    if os.environ.get("GENEMBED_PREFIX_CACHE", "1") == "0":
+        return None
+    if settings.rules.uses_steps and not settings.use_cache:
+        return None  # the recompute path is the reference: it runs every prompt whole
+    if fast is not None:
+        return prefix_cache(model).lookup(model, "fast", fast.prefix_states)
+    return prefix_cache(model).lookup(model, "transformers", lambda ids: compute_prefix_states(model, ids))
 
 
 def to_output(

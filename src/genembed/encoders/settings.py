@@ -52,6 +52,10 @@ class EmbedSettings:
     # soft tokens on the transformers path: each instruction's prefix computed once per batch (same
     # embeddings up to rounding; genembed.encoders.shared_prefix); causal attention only
     share_prefix: bool = False
+    # inference (no gradients), causal attention: each prefix's states (template and instruction before the
+    # text) computed once and kept in the model's bounded cache (same embeddings up to rounding;
+    # genembed.encoders.prefix_cache); False runs every prompt whole
+    cache_prefix: bool = True
     query_instruction: str = DEFAULT_QUERY_INSTRUCTION  # indexes: the instruction queries get
     doc_instruction: str = ""  # indexes: the instruction documents get
     center: bool = False  # indexes: subtract each instruction's center (genembed.encoders.centering)
