@@ -435,15 +435,24 @@ class FastDecoder:
         (after ``prefix``, when given)."""
         input_ids, lengths = right_pad(input_ids, attention_mask)
         h_0, cache = self.prefill(input_ids, lengths, causal=causal, cache_steps=steps, prefix=prefix)
-        head, embed = output_head(self.model)
+        head, _ = output_head(self.model)
+        soft_embedding = self.soft_embedding_fn(head, tau)
+        return soft_token_loop(h_0, lambda d_k, k: self.step(d_k, cache), soft_embedding, steps, stop_tol)
+
+    def soft_embedding_fn(self, head: Any, tau: float) -> Any:
+        """``h -> (p, d)``: ``p = softmax(lm_head(h) / tau)`` ``(B, V)`` and ``d = p @ E`` ``(B, D)``."""
+        _, embed = output_head(self.model)
 
         def soft_embedding(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            probs = torch.softmax(_linear(head, h).float() / tau, dim=-1)  # (B, V)
+            logits = _linear(head, h).float()  # (B, V), a new tensor: scaled in place, then normalized in place
+            if tau != 1.0:
+                logits.div_(tau)
+            probs = torch.softmax(logits, dim=-1)
             if _ONEDNN:  # p @ E as a linear with weight E^T (a view): 2x faster than torch.mm (MKL) here
                 return probs, torch.ops.mkldnn._linear_pointwise(probs.to(embed.dtype), embed.t(), None, "none", [], "")
             return probs, probs.to(embed.dtype) @ embed
 
-        return soft_token_loop(h_0, lambda d_k, k: self.step(d_k, cache), soft_embedding, steps, stop_tol)
+        return soft_embedding
 
     def hidden_states(
         self,
