@@ -60,7 +60,7 @@ def _other_architecture(tiny: Backbone, arch: str) -> Backbone:
 def _both_paths(backbone: Backbone, settings: dict, **fields) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The fast path (cached prefixes unless ``fields`` say otherwise) and the reference: the transformers
     path on whole prompts."""
-    kwargs = {"batch_size": 3, **settings}
+    kwargs = {"batch_size": 3, "batch_tokens": 0, **settings}
     fast, steps_fast = encode_texts(
         backbone, TEXTS, EmbedSettings.build(**kwargs, **fields), instruction="Retrieve it."
     )
@@ -91,7 +91,10 @@ def test_fast_path_equals_the_transformers_path(tiny, arch, settings, monkeypatc
         assert ref.abs().max() > 0.1
         torch.testing.assert_close(fast, ref, atol=2e-5, rtol=1e-5)
     slow_cached, _ = encode_texts(
-        backbone, TEXTS, EmbedSettings.build(batch_size=3, **settings, fast_path=False), instruction="Retrieve it."
+        backbone,
+        TEXTS,
+        EmbedSettings.build(batch_size=3, batch_tokens=0, **settings, fast_path=False),
+        instruction="Retrieve it.",
     )  # the transformers path after cached prefixes
     torch.testing.assert_close(slow_cached, ref, atol=2e-5, rtol=1e-5)
 
@@ -211,3 +214,19 @@ def test_used_only_on_the_cpu(tiny):
         tiny.model.to("meta")  # any device other than the CPU
         assert fast_mod._unsupported_reason(tiny.model) == "device meta is not the CPU"
         assert FastDecoder.build(tiny.model) is None
+
+
+def test_a_prefill_in_row_chunks_fills_the_same_cache(tiny):
+    prompts = encode_prompts(tiny.tokenizer, TEXTS, instruction="Retrieve it.", prompt_format="chat")
+    batch = collate(prompts, tiny.tokenizer.pad_token_id)
+    with torch.inference_mode():
+        decoder = FastDecoder.build(tiny.model)
+        ids, lengths = right_pad(batch.input_ids, batch.attention_mask)
+        whole, cache = decoder.prefill(ids, lengths, cache_steps=2)
+        chunked, chunks = decoder.prefill(ids, lengths, cache_steps=2, chunk_tokens=2 * ids.shape[1])  # 2 rows
+        torch.testing.assert_close(chunked, whole, atol=1e-6, rtol=1e-5)
+        width = cache.prompt_width
+        for a, b in zip(cache.keys + cache.values, chunks.keys + chunks.values, strict=True):
+            torch.testing.assert_close(b[:, :, :width], a[:, :, :width], atol=1e-6, rtol=1e-5)
+        d = torch.randn(len(TEXTS), tiny.model.config.hidden_size)
+        torch.testing.assert_close(decoder.step(d, chunks), decoder.step(d, cache), atol=1e-6, rtol=1e-5)

@@ -3,8 +3,9 @@
 The methods and their rules are in :mod:`genembed.encoders.methods`; each batch is embedded by
 :func:`genembed.encoders.core.embed_prepared`.
 
-Texts are sorted by length into batches and the input order restored; every batch is left-padded
-with explicit position ids, so an embedding does not depend on its batch mates.
+Texts are sorted by length into batches (``batch_size`` texts, or more short ones while their padded
+tokens fit ``batch_tokens``) and the input order restored; every batch is left-padded with explicit
+position ids, so an embedding does not depend on its batch mates.
 """
 
 from __future__ import annotations
@@ -76,7 +77,8 @@ def embed_prompts(
     Args:
         backbone: a :class:`~genembed.backbone.loading.Backbone`.
         prompts: from :func:`~genembed.encoders.prompts.encode_prompts`.
-        settings: how to embed (``settings.batch_size`` prompts per pass).
+        settings: how to embed (``settings.batch_size`` prompts per pass, more short ones while their
+            padded tokens fit ``settings.batch_tokens``).
         return_all_steps: ``(n, K, D)`` embeddings ``z_1..z_K``.
         keep_kv: keep each batch's KV cache for ``on_batch`` (the transformers path, not the fast path).
         on_batch: called with each batch's prompt indices, the batch and its :class:`BatchEmbeddings`.
@@ -88,11 +90,13 @@ def embed_prompts(
     if not prompts:
         dim = model.config.hidden_size if hasattr(model, "config") else None
         return torch.zeros((0, steps, dim) if return_all_steps else (0, dim)), None
-    batches = length_sorted_batches([len(p.ids) for p in prompts], settings.batch_size)
-    results: list[torch.Tensor | None] = [None] * len(prompts)
-    used: list[int] = [steps] * len(prompts)
     fast = FastDecoder.build(model) if settings.fast_path and settings.use_cache and not keep_kv else None
     prefixes = _prefix_lookup(model, settings, fast) if not keep_kv else None
+    batches = length_sorted_batches(
+        _run_lengths(prompts, prefixes is not None), settings.batch_size, settings.batch_tokens
+    )
+    results: list[torch.Tensor | None] = [None] * len(prompts)
+    used: list[int] = [steps] * len(prompts)
     from tqdm.auto import tqdm
 
     disable = not (len(batches) > 8 if progress is None else progress)
@@ -110,6 +114,14 @@ def embed_prompts(
             bar.update(len(indices))
     stacked = torch.stack(results)  # type: ignore[arg-type]
     return stacked, (torch.tensor(used) if settings.adaptive else None)
+
+
+def _run_lengths(prompts: list[EncodedPrompt], after_prefix: bool) -> list[int]:
+    """The tokens each prompt runs through the model: after its cached prefix, when there is one (a text
+    that is empty runs whole; :mod:`genembed.encoders.shared_prefix`)."""
+    if not after_prefix:
+        return [len(p.ids) for p in prompts]
+    return [len(p.ids) - (p.text_start if p.text_end > p.text_start else 0) for p in prompts]
 
 
 def _prefix_lookup(model: Any, settings: EmbedSettings, fast: FastDecoder | None) -> PrefixLookup | None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..backbone.attention import check_attention
+from .batching import DEFAULT_BATCH_TOKENS
 from .instructions import DEFAULT_QUERY_INSTRUCTION
 from .methods import DEFAULT_MAX_STEPS, DEFAULT_METHOD, DEFAULT_STEPS, DEFAULT_TAU, MethodRules, method_rules
 from .prompts import PROMPT_FORMATS, EncodedPrompt, encode_prompts
@@ -46,6 +47,8 @@ class EmbedSettings:
     tau: float = DEFAULT_TAU  # soft-token softmax temperature
     max_length: int = 512  # tokens per prompt (instruction and template included); longer texts are cut
     batch_size: int = 32  # texts per forward pass (changes no embedding)
+    # short texts fill a batch past batch_size while rows x padded tokens fit (0: batch_size texts per batch)
+    batch_tokens: int = DEFAULT_BATCH_TOKENS
     use_cache: bool = True  # KV-cached soft tokens; False recomputes the sequence every step (reference)
     fast_path: bool = True  # the CPU inference fast path where it applies (genembed.encoders.fast_decoder)
     checkpoint_chunk: int = 0  # training: > 0 recomputes chunks of this many texts in the backward pass
@@ -74,6 +77,8 @@ class EmbedSettings:
             raise ValueError(f"stop_tol must be in (0, 1), got {self.stop_tol}")
         if self.max_length < 1 or self.batch_size < 1:
             raise ValueError(f"max_length and batch_size must be >= 1, got {self.max_length} and {self.batch_size}")
+        if isinstance(self.batch_tokens, bool) or not isinstance(self.batch_tokens, int) or self.batch_tokens < 0:
+            raise ValueError(f"batch_tokens must be an int >= 0, got {self.batch_tokens!r}")
         if self.tau <= 0:
             raise ValueError(f"tau must be > 0, got {self.tau}")
         if self.share_prefix and (not rules.uses_steps or attention != "causal" or not self.use_cache):
