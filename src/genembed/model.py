@@ -24,6 +24,7 @@ from .encoders.methods import (
     SOFT_TOKEN_METHOD,
     method_rules,
 )
+from .encoders.prompts import EncodedPrompt
 from .encoders.quantize import check_precision
 from .encoders.settings import EmbedSettings
 from .encoders.similarity import check_similarity_fn
@@ -182,6 +183,7 @@ class GenerativeEmbedder:
         stop_tol: float = 0.999,
         return_steps_used: bool = False,
         center: bool | None = None,
+        prompts: list[EncodedPrompt] | None = None,
     ) -> Any:
         """Embed texts.
 
@@ -223,6 +225,9 @@ class GenerativeEmbedder:
                 else computed by encoding those 64 texts once). None: ``model.center``
                 (on for the shipped adapter). With ``normalize=False`` the result is
                 ``normalize(z) - center``.
+            prompts: the texts' prompts, already tokenized with these settings
+                (:meth:`~genembed.encoders.settings.EmbedSettings.prompts`), so that a caller that counted
+                their tokens (the server) does not tokenize them again; one per text.
 
         Returns:
             ``(n, dim)`` embeddings (``(dim,)`` for one string), or ``(embeddings, steps_used)``.
@@ -277,6 +282,7 @@ class GenerativeEmbedder:
             instruction=instruction,
             return_all_steps=return_all_steps,
             show_progress_bar=show_progress_bar,
+            prompts=prompts,
         )
         if self.center if center is None else center:
             from .encoders.centering import apply_center, instruction_center

@@ -50,11 +50,16 @@ def encode_texts(
     instruction: str = "",
     return_all_steps: bool = False,
     show_progress_bar: bool | None = None,
+    prompts: list[EncodedPrompt] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Encode texts; return un-normalized embeddings ``(n, D)`` (or ``(n, K, D)`` with
-    ``return_all_steps``) in input order, and for adaptive GIRCSE the steps used per text."""
-    # (no texts: no check that max_length leaves room for them)
-    prompts = settings.prompts(backbone.tokenizer, texts, instruction) if texts else []
+    ``return_all_steps``) in input order, and for adaptive GIRCSE the steps used per text.
+    ``prompts``: the texts' prompts when already tokenized (``settings.prompts``), one per text."""
+    if prompts is not None:
+        if len(prompts) != len(texts):
+            raise ValueError(f"{len(prompts)} prompts for {len(texts)} texts; give one prompt per text")
+    else:  # (no texts: no check that max_length leaves room for them)
+        prompts = settings.prompts(backbone.tokenizer, texts, instruction) if texts else []
     return embed_prompts(backbone, prompts, settings, return_all_steps=return_all_steps, progress=show_progress_bar)
 
 

@@ -100,11 +100,11 @@ async def embed_texts(
             than refused with 413 (unless the instruction and template alone are too long).
     """
     steps = state.check_steps(steps)
-    prompt_lengths, text_lengths = state.embedding_prompt_lengths(texts, instruction)
-    if cut:  # a prompt whose instruction and template alone are too long cannot be cut to fit
-        limit = state.settings.max_input_tokens
-        pairs = zip(prompt_lengths, text_lengths, strict=True)
-        prompt_lengths = [min(n, limit) if n - t < limit else n for n, t in pairs]
+    prompts = state.embedding_prompts(texts, instruction)  # the only tokenization of these texts
+    text_lengths = [p.text_end - p.text_start for p in prompts]
+    if cut:
+        prompts = state.cut_prompts(texts, prompts, instruction)
+    prompt_lengths = [len(p.ids) for p in prompts]
     state.check_sizes(prompt_lengths, field=field, what="inputs")
     assert state.batcher is not None
     if not method_rules(
@@ -112,7 +112,8 @@ async def embed_texts(
     ).uses_steps:  # single-pass methods ignore steps: let such requests share batches
         steps = 0
     cost = sum(prompt_lengths) + steps * len(texts)  # soft tokens run through the model too
-    vectors = await state.batcher.submit(texts, key=(instruction, steps), cost=cost)
+    items = list(zip(texts, prompts, strict=True))
+    vectors = await state.batcher.submit(items, key=(instruction, steps), cost=cost)
     tokens = sum(text_lengths)
     state.metrics.count_tokens("embeddings", "prompt", tokens)
     return np.asarray(vectors, dtype=np.float32), tokens

@@ -11,7 +11,7 @@ import numpy as np
 from fastapi import Request
 
 from ..encoders.centering import calibration_texts, center_cache, center_key, instruction_center
-from ..encoders.prompts import encode_prompts
+from ..encoders.prompts import EncodedPrompt, encode_prompts
 from .batcher import EmbeddingBatcher
 from .errors import APIError
 from .instructions import named_instructions
@@ -93,17 +93,20 @@ class ServingState:
                     instruction_center(self.model.backbone, embed_settings, instruction),
                 )
         text = calibration_texts()[0]
-        prompt, tokens = self.embedding_prompt_lengths([text], "")  # no request runs yet: the tokenizer is free
-        if prompt[0] - tokens[0] < s.max_input_tokens:  # else no text fits and every request gets 413
-            self._encode(("", s.default_steps), [text])
+        (prompt,) = self.embedding_prompts([text], "")  # no request runs yet: the tokenizer is free
+        if prompt.text_start + len(prompt.ids) - prompt.text_end < s.max_input_tokens:  # else every request gets 413
+            self._encode(("", s.default_steps), [(text, self.cut_prompts([text], [prompt], "")[0])])
         return cache.computed - before
 
-    def _encode(self, key: tuple[str, int], texts: list[str]) -> np.ndarray:
+    def _encode(self, key: tuple[str, int], items: list[tuple[str, EncodedPrompt]]) -> np.ndarray:
+        """Embed ``(text, prompt)`` items on the model thread; the prompts were built on the event loop
+        (:meth:`embedding_prompts`, cut by :meth:`cut_prompts`), so no text is tokenized twice."""
         instruction, steps = key
         s = self.settings
         named = instruction in self.instructions.values()
         return self.model.encode(
-            texts,
+            [text for text, _ in items],
+            prompts=[prompt for _, prompt in items],
             instruction=instruction,
             steps=max(steps, 1),
             method=s.method,
@@ -129,11 +132,32 @@ class ServingState:
         except (TypeError, ValueError) as exc:
             raise APIError(422, f"cannot format the conversation: {exc}", param="messages") from exc
 
+    def embedding_prompts(
+        self, texts: list[str], instruction: str, *, max_length: int = 1 << 30
+    ) -> list[EncodedPrompt]:
+        """Each text's prompt exactly as the encoder builds it (uncut unless ``max_length`` is given), with
+        the event loop's tokenizer."""
+        fmt = self.model.prompt_format_for(self.settings.method, self.settings.prompt_format)
+        return encode_prompts(self.tokenizer, texts, instruction=instruction, prompt_format=fmt, max_length=max_length)
+
     def embedding_prompt_lengths(self, texts: list[str], instruction: str) -> tuple[list[int], list[int]]:
         """``(prompt tokens, text tokens)`` per text, exactly as the encoder will build the prompts."""
-        fmt = self.model.prompt_format_for(self.settings.method, self.settings.prompt_format)
-        prompts = encode_prompts(self.tokenizer, texts, instruction=instruction, prompt_format=fmt, max_length=1 << 30)
+        prompts = self.embedding_prompts(texts, instruction)
         return [len(p.ids) for p in prompts], [p.text_end - p.text_start for p in prompts]
+
+    def cut_prompts(self, texts: list[str], prompts: list[EncodedPrompt], instruction: str) -> list[EncodedPrompt]:
+        """The prompts the encoder makes with ``max_input_tokens``: those that fit as they are, longer ones
+        tokenized again with the limit (their text cut from the end, as ``encode`` cuts it). A prompt whose
+        instruction and template alone are too long cannot be cut to fit: it stays as it is (and gets 413)."""
+        limit = self.settings.max_input_tokens
+        long = [i for i, p in enumerate(prompts) if len(p.ids) > limit > len(p.ids) - (p.text_end - p.text_start)]
+        if not long:
+            return prompts
+        cut = list(prompts)
+        cut_ones = self.embedding_prompts([texts[i] for i in long], instruction, max_length=limit)
+        for i, prompt in zip(long, cut_ones, strict=True):
+            cut[i] = prompt
+        return cut
 
     def check_steps(self, steps: int | None, field: str = "steps") -> int:
         """The request's steps, or the default; 422 above ``max_steps``."""
