@@ -91,8 +91,8 @@ def test_each_text_is_tokenized_once_on_the_event_loop_not_on_the_model_thread(s
     calls = []
 
     def counted(original):
-        return lambda tokenizer, texts, **kw: calls.append((threading.current_thread().name, len(texts))) or (
-            original(tokenizer, texts, **kw)
+        return lambda tokenizer, texts, **kw: (
+            calls.append((threading.current_thread().name, len(texts))) or (original(tokenizer, texts, **kw))
         )
 
     monkeypatch.setattr(settings_mod, "encode_prompts", counted(settings_mod.encode_prompts))  # the encoder's
