@@ -10,17 +10,27 @@ LM head, the norms and the MLP's down projections stay in float32: the down proj
 large outlier activations of LLMs, which one per-tensor input scale cannot carry (quantizing it too took
 the default model's embeddings to cosine 0.83 with float32's on stsb-dev sentences; without it 0.96).
 
-Used by ``genembed.load(quantization="int8")`` (CPU, float32 only); the measured speed and dev scores
-are in docs/performance.md.
+Not offered by ``genembed.load``: on this machine's CPU (AMD EPYC, AVX2, no VNNI, so 7-bit inputs) it
+encoded 1.33x faster but lost 0.51 Spearman on sick-trial, over the 0.3 issue 53 allows
+(docs/performance.md). This script repeats that check, float32 against int8, K=5, one thread
+(about 8 minutes on 2 cores; under the shared lock):
+
+    flock /tmp/genembed-cpu.lock .venv/bin/python experiments/int8_weights.py \
+        ../shared/data/dev/sick-trial ../shared/data/dev/stsb-dev --limit 500 \
+        --out experiments/results/int8_weights.json
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import time
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from .attention import decoder_stack
+from genembed.backbone.attention import decoder_stack
 
 __all__ = ["FLOAT32_PROJECTIONS", "Int8Linear", "quantize_int8"]
 
@@ -107,3 +117,42 @@ def _names(root: Any, module: Any) -> list[str]:
         if candidate is module:
             return name.split(".")
     return []
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("tasks", nargs="+", type=Path, help="task folders")
+    parser.add_argument("--limit", type=int, default=None, help="at most N rows per data file")
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+
+    import _benchmarks  # noqa: F401  (puts benchmarks/ on the import path)
+    from _run_info import git_commit
+
+    import genembed
+    from genembed.eval import GenembedEncoder, evaluate
+
+    torch.set_num_threads(1)
+    rows = {}
+    for name in ("float32", "int8"):
+        model = genembed.load(dtype="float32")
+        quantized = quantize_int8(model.backbone.model) if name == "int8" else 0
+        start = time.perf_counter()
+        report = evaluate(GenembedEncoder(model, steps=[args.steps]), args.tasks, limit=args.limit, progress=False)
+        rows[name] = {
+            "quantized_linears": quantized,
+            "seconds": time.perf_counter() - start,
+            "scores": {task.name: task.scores[0] for task in report.tasks},
+        }
+        print(name, json.dumps(rows[name]), flush=True)
+    gaps = {task: rows["int8"]["scores"][task] - rows["float32"]["scores"][task] for task in rows["float32"]["scores"]}
+    result = {"config": {k: str(v) for k, v in vars(args).items()}, "git_commit": git_commit(), "rows": rows}
+    result |= {"int8_minus_float32": gaps, "speedup": rows["float32"]["seconds"] / rows["int8"]["seconds"]}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1))
+    print(json.dumps(result["int8_minus_float32"]), f"speedup {result['speedup']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -4,8 +4,8 @@ import warnings
 
 import pytest
 import torch
+from int8_weights import FLOAT32_PROJECTIONS, Int8Linear, quantize_int8
 
-from genembed.backbone.int8 import FLOAT32_PROJECTIONS, Int8Linear, quantize_int8
 from genembed.encoders import EmbedSettings, encode_texts
 
 warnings.filterwarnings("ignore", message=".*quantize_per_.*deprecated", category=UserWarning)
