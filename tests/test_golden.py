@@ -38,3 +38,19 @@ def test_output_is_unchanged(recomputed, stored, name):
         # stored on a CPU with AVX-512; another CPU's kernels sum in another order (the grad norms of the
         # tiny training run moved by 1.5e-6 relative on an AVX2-only EPYC); a change of behaviour moves far more
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("prefix_cache", "fast_path"), [("0", "1"), ("0", "0"), ("1", "0")], ids=["whole-fast", "whole-hf", "cached-hf"]
+)
+def test_encode_outputs_are_unchanged_on_every_path(stored, prefix_cache, fast_path, monkeypatch):
+    """``encode`` runs on the fast path after cached instruction prefixes by default (the stored numbers
+    above); whole prompts and the transformers path give them too."""
+    from .golden.make_golden import _encode_outputs, _tiny_model
+
+    monkeypatch.setenv("GENEMBED_PREFIX_CACHE", prefix_cache)
+    monkeypatch.setenv("GENEMBED_FAST_PATH", fast_path)
+    outputs = _encode_outputs(_tiny_model())
+    assert outputs
+    for name, got in outputs.items():
+        np.testing.assert_allclose(got, stored[name], rtol=1e-5, atol=1e-5, err_msg=name)

@@ -176,6 +176,32 @@ def test_encode_takes_settings_as_keywords_or_as_one_object(tiny_model):
         tiny_model.encode(TEXTS, sentences_per_batch=4)
 
 
+def test_encode_takes_the_speed_settings_as_keywords(tiny_model):
+    """Token-sized batches and the prefix cache (genembed.encoders.batching, .prefix_cache) change no
+    embedding beyond rounding, and encode takes them as setting overrides like use_cache or fast_path."""
+    texts = [*TEXTS, "a", "a far longer text than the others, so that the batches differ in their shapes"]
+    whole = tiny_model.encode(texts, cache_prefix=False, instruction="Find it.")
+    np.testing.assert_allclose(tiny_model.encode(texts, instruction="Find it."), whole, atol=2e-6)
+    np.testing.assert_allclose(
+        tiny_model.encode(texts, instruction="Find it.", batch_size=1, batch_tokens=4096), whole, atol=2e-6
+    )
+    with pytest.raises(ValueError, match="batch_tokens must be an int >= 0"):
+        tiny_model.encode(texts, batch_tokens=-1)
+
+
+def test_encode_takes_prompts_already_tokenized(tiny_model, monkeypatch):
+    from genembed.encoders import settings as settings_mod
+
+    settings = tiny_model.embed_settings(max_length=33)  # the texts cut to 3 tokens after the template
+    prompts = settings.prompts(tiny_model.backbone.tokenizer, TEXTS, "Find it.")
+    expected = tiny_model.encode(TEXTS, instruction="Find it.", max_length=33)
+    monkeypatch.setattr(settings_mod, "encode_prompts", lambda *a, **k: pytest.fail("tokenized again"))
+    got = tiny_model.encode(TEXTS, instruction="Find it.", max_length=33, prompts=prompts)
+    np.testing.assert_array_equal(got, expected)
+    with pytest.raises(ValueError, match="1 prompts for 2 texts; give one prompt per text"):
+        tiny_model.encode(TEXTS[:2], instruction="Find it.", prompts=prompts[:1])
+
+
 def test_steps_and_settings_resolve_without_calling_back_into_the_model(tiny_model):
     """The model's settings changed by a call follow one rule (encoders.settings.override_fields)."""
     tiny_model.method, tiny_model.prompt_format, tiny_model.steps = "mean", "gritlm", "auto"

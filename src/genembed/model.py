@@ -19,6 +19,7 @@ from .encoders.encode_options import EncodeOverrides, split_overrides
 from .encoders.inspect_tokens import SoftTokenStep, inspect_soft_tokens
 from .encoders.instructions import DEFAULT_QUERY_INSTRUCTION, check_prompts, default_prompts, resolve_instruction
 from .encoders.methods import DEFAULT_METHOD, DEFAULT_STEPS, DEFAULT_TAU, SOFT_TOKEN_METHOD, method_rules
+from .encoders.prompts import EncodedPrompt
 from .encoders.quantize import check_precision
 from .encoders.settings import EmbedSettings, override_fields
 from .encoders.similarity import check_similarity_fn
@@ -205,6 +206,7 @@ class GenerativeEmbedder:
         settings: EmbedSettings | None = None,
         return_all_steps: bool = False,
         return_steps_used: bool = False,
+        prompts: list[EncodedPrompt] | None = None,
         **overrides: Unpack[EncodeOverrides],
     ) -> Any:
         """Embed texts.
@@ -235,6 +237,9 @@ class GenerativeEmbedder:
                 model's own (the keywords below still change them).
             return_all_steps: GIRCSE only: ``(n, K, dim)`` holding ``z_1..z_K`` from one run.
             return_steps_used: with ``steps="auto"``, also return the steps each text used.
+            prompts: the texts' prompts, already tokenized with this call's settings and instruction
+                (:meth:`~genembed.encoders.settings.EmbedSettings.prompts`), one per text, so that a caller
+                that counted their tokens does not tokenize them again.
             **overrides: settings for this call, None or absent meaning the model's own
                 (:meth:`embed_settings` resolves them; :data:`~genembed.encoders.encode_options.ALIASES`
                 lists the two spellings):
@@ -256,6 +261,12 @@ class GenerativeEmbedder:
                 else computed by encoding those 64 texts once). Default ``model.center``
                 (on for the shipped adapter). With ``normalize=False`` the result is
                 ``normalize(z) - center``.
+            batch_tokens: 0 (default, ``batch_size`` texts per pass), or a budget of padded tokens that lets a
+                batch of short texts grow past ``batch_size`` (changes no embedding; see
+                :mod:`genembed.encoders.batching`).
+            cache_prefix: compute each instruction prefix (template and instruction before the text) once
+                and keep its states in the model's bounded cache (default True; same embeddings up to
+                rounding; :mod:`genembed.encoders.prefix_cache`).
 
         Returns:
             ``(n, dim)`` embeddings (``(dim,)`` for one string), or ``(embeddings, steps_used)``.
@@ -299,6 +310,7 @@ class GenerativeEmbedder:
             instruction=instruction,
             return_all_steps=return_all_steps,
             show_progress_bar=show_progress_bar,
+            prompts=prompts,
         )
         if self.center if center is None else center:
             from .encoders.centering import apply_center, instruction_center

@@ -57,11 +57,15 @@ def _other_architecture(tiny: Backbone, arch: str) -> Backbone:
     return Backbone(model=model.eval(), tokenizer=tok, name=f"tiny-{arch}")
 
 
-def _both_paths(backbone: Backbone, settings: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    kwargs = {"batch_size": 3, **settings}
-    fast, steps_fast = encode_texts(backbone, TEXTS, EmbedSettings.build(**kwargs), instruction="Retrieve it.")
+def _both_paths(backbone: Backbone, settings: dict, **fields) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The fast path (cached prefixes unless ``fields`` say otherwise) and the reference: the transformers
+    path on whole prompts."""
+    kwargs = {"batch_size": 3, "batch_tokens": 0, **settings}
+    fast, steps_fast = encode_texts(
+        backbone, TEXTS, EmbedSettings.build(**kwargs, **fields), instruction="Retrieve it."
+    )
     ref, steps_ref = encode_texts(
-        backbone, TEXTS, EmbedSettings.build(**kwargs, fast_path=False), instruction="Retrieve it."
+        backbone, TEXTS, EmbedSettings.build(**kwargs, fast_path=False, cache_prefix=False), instruction="Retrieve it."
     )
     if steps_fast is not None:
         assert torch.equal(steps_fast, steps_ref)
@@ -72,13 +76,27 @@ def _both_paths(backbone: Backbone, settings: dict) -> tuple[torch.Tensor, torch
 @pytest.mark.parametrize("settings", SETTINGS, ids=lambda s: "-".join(str(v) for v in s.values()))
 def test_fast_path_equals_the_transformers_path(tiny, arch, settings, monkeypatch):
     backbone = tiny if arch == "llama" else _other_architecture(tiny, arch)
-    prefills = []
+    prefixes = []
     original = FastDecoder.prefill
-    monkeypatch.setattr(FastDecoder, "prefill", lambda self, *a, **k: prefills.append(1) or original(self, *a, **k))
-    fast, ref, _ = _both_paths(backbone, settings)
-    assert len(prefills) == 2  # five texts in batches of three: the fast path ran both batches
-    assert ref.abs().max() > 0.1
-    torch.testing.assert_close(fast, ref, atol=2e-5, rtol=1e-5)
+    monkeypatch.setattr(
+        FastDecoder, "prefill", lambda self, *a, **k: prefixes.append(k.get("prefix")) or original(self, *a, **k)
+    )
+    causal = EmbedSettings.build(**settings).attention == "causal"
+    for cached in (True, False):
+        prefixes.clear()
+        fast, ref, _ = _both_paths(backbone, settings, cache_prefix=cached)
+        # five texts in batches of three; with cached prefixes the empty text runs whole, beside its batch
+        assert len(prefixes) == (3 if cached and causal else 2)
+        assert any(p is not None for p in prefixes) == (cached and causal)
+        assert ref.abs().max() > 0.1
+        torch.testing.assert_close(fast, ref, atol=2e-5, rtol=1e-5)
+    slow_cached, _ = encode_texts(
+        backbone,
+        TEXTS,
+        EmbedSettings.build(batch_size=3, batch_tokens=0, **settings, fast_path=False),
+        instruction="Retrieve it.",
+    )  # the transformers path after cached prefixes
+    torch.testing.assert_close(slow_cached, ref, atol=2e-5, rtol=1e-5)
 
 
 def test_adaptive_steps_really_vary_and_match(tiny):
@@ -196,3 +214,19 @@ def test_used_only_on_the_cpu(tiny):
         tiny.model.to("meta")  # any device other than the CPU
         assert fast_mod._unsupported_reason(tiny.model) == "device meta is not the CPU"
         assert FastDecoder.build(tiny.model) is None
+
+
+def test_a_prefill_in_row_chunks_fills_the_same_cache(tiny):
+    prompts = encode_prompts(tiny.tokenizer, TEXTS, instruction="Retrieve it.", prompt_format="chat")
+    batch = collate(prompts, tiny.tokenizer.pad_token_id)
+    with torch.inference_mode():
+        decoder = FastDecoder.build(tiny.model)
+        ids, lengths = right_pad(batch.input_ids, batch.attention_mask)
+        whole, cache = decoder.prefill(ids, lengths, cache_steps=2)
+        chunked, chunks = decoder.prefill(ids, lengths, cache_steps=2, chunk_tokens=2 * ids.shape[1])  # 2 rows
+        torch.testing.assert_close(chunked, whole, atol=1e-6, rtol=1e-5)
+        width = cache.prompt_width
+        for a, b in zip(cache.keys + cache.values, chunks.keys + chunks.values, strict=True):
+            torch.testing.assert_close(b[:, :, :width], a[:, :, :width], atol=1e-6, rtol=1e-5)
+        d = torch.randn(len(TEXTS), tiny.model.config.hidden_size)
+        torch.testing.assert_close(decoder.step(d, chunks), decoder.step(d, cache), atol=1e-6, rtol=1e-5)

@@ -96,6 +96,13 @@ def test_embeddings_match_the_official_code(case):
     assert _cosines(got, want).min() > MIN_COSINE
 
 
+@pytest.mark.parametrize("case", [c for c in _cases() if c["batch_mode"] == "batch"], ids=lambda case: case["id"])
+def test_embeddings_match_without_the_prefix_cache(case, monkeypatch):
+    """The cases above run after cached instruction prefixes (the default); whole prompts match as well."""
+    monkeypatch.setenv("GENEMBED_PREFIX_CACHE", "0")
+    assert _cosines(_embed(case), np.asarray(case["embeddings"])).min() > MIN_COSINE
+
+
 @pytest.mark.parametrize("name", ["tiny-qwen2", "tiny-mistral"])
 def test_per_step_states_match(name):
     """z_1..z_5 (un-normalised running means of the soft-token states) of retrieve/K5/batch."""

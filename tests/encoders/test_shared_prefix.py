@@ -5,9 +5,10 @@ import torch
 
 from genembed.encoders import generate_soft_tokens
 from genembed.encoders.core import embed_prepared
+from genembed.encoders.prefix_cache import compute_prefix_states
 from genembed.encoders.prompts import encode_prompts
 from genembed.encoders.settings import EmbedSettings
-from genembed.encoders.shared_prefix import embed_shared_prefixes, prefix_groups
+from genembed.encoders.shared_prefix import embed_by_prefix, prefix_groups, rows_after_prefix
 from genembed.training.forward import tokenize_texts
 
 ASK = "Retrieve semantically similar text."
@@ -29,6 +30,19 @@ def _batch(tiny, rows=ROWS, fmt="chat"):
     return tokenize_texts(tiny.tokenizer, list(texts), list(instructions), prompt_format=fmt, max_length=64)
 
 
+def embed_shared_prefixes(model, batch, *, steps, tau=1.0, stop_tol=None):
+    """Hidden states h_1..h_K with each group's prefix computed once (the training path's sharing)."""
+
+    def group(rows, prefix_ids):
+        prefix = None if prefix_ids is None else compute_prefix_states(model, prefix_ids)
+        out = generate_soft_tokens(
+            model, rows.input_ids, rows.attention_mask, steps=steps, tau=tau, stop_tol=stop_tol, prefix=prefix
+        )
+        return out.hidden, out.steps_used
+
+    return embed_by_prefix(batch, group, share_single=False)
+
+
 def test_rows_group_by_the_tokens_before_their_text(tiny):
     groups = prefix_groups(_batch(tiny))
     assert [rows for rows, _ in groups] == [[0, 2, 6], [1, 5], [3], [4]]
@@ -44,20 +58,20 @@ def test_shared_prefixes_give_the_unshared_hidden_states_in_row_order(tiny, fmt)
     batch = _batch(tiny, fmt=fmt)
     with torch.no_grad():
         plain = generate_soft_tokens(tiny.model, batch.input_ids, batch.attention_mask, steps=4)
-        shared = embed_shared_prefixes(tiny.model, batch, steps=4, tau=1.0)
-    assert shared.hidden.shape == plain.hidden.shape == (len(ROWS), 4, tiny.model.config.hidden_size)
-    torch.testing.assert_close(shared.hidden, plain.hidden, rtol=1e-4, atol=1e-5)
-    assert torch.equal(shared.steps_used, plain.steps_used)
+        hidden, used = embed_shared_prefixes(tiny.model, batch, steps=4)
+    assert hidden.shape == plain.hidden.shape == (len(ROWS), 4, tiny.model.config.hidden_size)
+    torch.testing.assert_close(hidden, plain.hidden, rtol=1e-4, atol=1e-5)
+    assert torch.equal(used, plain.steps_used)
 
 
 def test_adaptive_steps_stop_where_the_unshared_path_stops(tiny):
     batch = _batch(tiny)
     with torch.no_grad():
         plain = generate_soft_tokens(tiny.model, batch.input_ids, batch.attention_mask, steps=8, stop_tol=0.9)
-        shared = embed_shared_prefixes(tiny.model, batch, steps=8, tau=1.0, stop_tol=0.9)
-    assert torch.equal(shared.steps_used, plain.steps_used)
+        hidden, used = embed_shared_prefixes(tiny.model, batch, steps=8, stop_tol=0.9)
+    assert torch.equal(used, plain.steps_used)
     assert plain.steps_used.min() < 8  # the tolerance stops some rows early
-    torch.testing.assert_close(shared.hidden, plain.hidden, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(hidden, plain.hidden, rtol=1e-4, atol=1e-5)
 
 
 def test_gradients_through_a_shared_prefix_equal_the_unshared_ones(tiny):
@@ -66,10 +80,7 @@ def test_gradients_through_a_shared_prefix_equal_the_unshared_ones(tiny):
     grads = []
     for share in (False, True):
         tiny.model.zero_grad()
-        if share:
-            hidden = embed_shared_prefixes(tiny.model, batch, steps=3, tau=1.0).hidden
-        else:
-            hidden = generate_soft_tokens(tiny.model, batch.input_ids, batch.attention_mask, steps=3).hidden
+        hidden = embed_prepared(tiny.model, batch, EmbedSettings(steps=3, share_prefix=share)).steps
         (hidden * torch.linspace(-1, 1, hidden.shape[-1])).sum().backward()
         grads.append(weight.grad.clone())
     assert grads[0].abs().sum() > 0
@@ -83,8 +94,8 @@ def test_the_prefix_is_computed_once_per_group(tiny):
         lambda m, i, o: seen.append(i[0].shape[:2])
     )
     try:
-        with torch.no_grad():
-            embed_shared_prefixes(tiny.model, batch, steps=2, tau=1.0)
+        with torch.no_grad():  # the training path: prefixes computed for this batch
+            embed_prepared(tiny.model, batch, EmbedSettings(steps=2, share_prefix=True))
     finally:
         handle.remove()
     # per group of several rows: the prefix at batch 1, the rest, 2 soft tokens; a single row: prefill, 2 steps
@@ -119,6 +130,27 @@ def test_a_prefix_as_long_as_a_prompt_is_refused(tiny):
     batch = _batch(tiny, rows=[("one", ASK), ("two", ASK)])
     length = int(batch.attention_mask.sum(dim=1).min())
     with pytest.raises(ValueError, match="no token after it"):
-        generate_soft_tokens(tiny.model, batch.input_ids, batch.attention_mask, steps=2, prefix_len=length)
+        rows_after_prefix(batch, [0, 1], length)
+    rest, ids = rows_after_prefix(batch, [0, 1], 3)
+    prefix = compute_prefix_states(tiny.model, ids)
     with pytest.raises(ValueError, match="cached path"):
-        generate_soft_tokens(tiny.model, batch.input_ids, batch.attention_mask, steps=2, prefix_len=1, use_cache=False)
+        generate_soft_tokens(tiny.model, rest.input_ids, rest.attention_mask, steps=2, prefix=prefix, use_cache=False)
+    with pytest.raises(ValueError, match="causal attention"):
+        generate_soft_tokens(
+            tiny.model, rest.input_ids, rest.attention_mask, steps=2, prefix=prefix, attention="bidirectional"
+        )
+
+
+def test_rows_after_a_prefix_keep_their_tokens_and_text(tiny):
+    batch = _batch(tiny)
+    rows, prefix_len = prefix_groups(batch)[0]
+    rest, ids = rows_after_prefix(batch, rows, prefix_len)
+    for row, rest_row in zip(rows, range(len(rows)), strict=True):
+        text, instruction = ROWS[row]
+        prompt = encode_prompts(tiny.tokenizer, [text], instruction=instruction, prompt_format="chat", max_length=64)[0]
+        assert list(ids) == prompt.ids[:prefix_len]
+        real = rest.attention_mask[rest_row].bool()
+        assert rest.input_ids[rest_row][real].tolist() == prompt.ids[prefix_len:]
+        texts = rest.input_ids[rest_row][rest.text_mask[rest_row].bool()].tolist()
+        assert texts == prompt.ids[prompt.text_start : prompt.text_end]
+    assert rest.attention_mask[:, -1].all() and not rest.attention_mask[:, 0].all()  # left-padded, trimmed

@@ -177,6 +177,45 @@ def test_a_new_instructions_calibration_takes_turns_with_other_requests(_tiny_ba
     assert center_cache(state.model.backbone).computed == 5 + 1  # the named ones at start, then this one
 
 
+def test_a_new_instructions_calibration_texts_are_tokenized_on_the_event_loop(_tiny_backbone, monkeypatch):
+    """The calibration batches, like client batches, reach the model thread as (text, prompt) pairs: the
+    model thread tokenizes nothing, computes the instruction's prefix once for all its batches, and the
+    center is the one encode computes."""
+    import asyncio
+    import threading
+
+    from genembed.encoders import settings as settings_mod
+    from genembed.encoders.prefix_cache import prefix_cache
+    from genembed.serve import state as state_mod
+    from genembed.serve.embeddings import embed_texts
+    from genembed.serve.state import ServingState
+
+    state = ServingState(_centering(_tiny_backbone), ServeSettings())
+    threads = []
+
+    def counted(original):
+        return lambda *a, **k: threads.append(threading.current_thread().name) or original(*a, **k)
+
+    async def go():
+        state.start()
+        await state.worker.run(state.warm_up)  # the named centers: computed by encode, on the model thread
+        monkeypatch.setattr(settings_mod, "encode_prompts", counted(settings_mod.encode_prompts))
+        monkeypatch.setattr(state_mod, "encode_prompts", counted(state_mod.encode_prompts))
+        before = (prefixes.hits, prefixes.misses)
+        vectors, _ = await embed_texts(state, ["A fresh task."], "Ad-hoc task.", field="input")
+        await state.close()
+        return vectors, before
+
+    prefixes = prefix_cache(state.model.backbone.model)
+    vectors, (hits, misses) = asyncio.run(go())
+    assert threads and not [name for name in threads if name.startswith("genembed-model")]
+    # one prefix computed; every later forward pass (calibration batches, then the client's) reused it
+    assert state.batcher.background_batches >= 2
+    assert prefixes.misses - misses == 1 and prefixes.hits - hits >= state.batcher.background_batches
+    reference = _centering(_tiny_backbone)
+    np.testing.assert_allclose(vectors, reference.encode(["A fresh task."], instruction="Ad-hoc task."), atol=1e-5)
+
+
 def _wait_for(condition) -> None:
     import time
 

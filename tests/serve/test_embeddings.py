@@ -88,3 +88,26 @@ def test_single_pass_methods(serve_tiny, method):
             got = httpx.post(s.url + "/v1/embeddings", json=body).json()["data"]
             expected = s.reference.encode(body["input"], method=method)
             np.testing.assert_allclose(np.array([d["embedding"] for d in got]), expected, atol=1e-5)
+
+
+def test_each_text_is_tokenized_once_on_the_event_loop_not_on_the_model_thread(served, openai_client, monkeypatch):
+    import threading
+
+    from genembed.encoders import settings as settings_mod
+    from genembed.serve import state as state_mod
+
+    calls = []
+
+    def counted(original):
+        return lambda tokenizer, texts, **kw: (
+            calls.append((threading.current_thread().name, len(texts))) or (original(tokenizer, texts, **kw))
+        )
+
+    monkeypatch.setattr(settings_mod, "encode_prompts", counted(settings_mod.encode_prompts))  # the encoder's
+    monkeypatch.setattr(state_mod, "encode_prompts", counted(state_mod.encode_prompts))  # the server's
+    texts = ["a first sentence", "and a second one, a little longer"]
+    response = openai_client.embeddings.create(input=texts, model="m", encoding_format="float")
+    np.testing.assert_allclose([d.embedding for d in response.data], served.reference.encode(texts), atol=1e-5)
+    served_calls = [c for c in calls if c[1] == len(texts)]
+    assert len(served_calls) == 2  # the server's prompts, then the reference's own encode in this thread
+    assert served_calls[0][0] != served_calls[1][0] == threading.current_thread().name

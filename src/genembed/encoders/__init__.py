@@ -12,7 +12,7 @@ from .._lazy import lazy_names
 _MODULES = {  # submodule -> the names it exports here
     "batching": ("Batch", "collate", "length_sorted_batches"),
     "core": ("BatchEmbeddings", "embed_prepared"),
-    "defaults": ("DEFAULT_BATCH_SIZE", "DEFAULT_MAX_LENGTH"),
+    "defaults": ("DEFAULT_BATCH_SIZE", "DEFAULT_BATCH_TOKENS", "DEFAULT_MAX_LENGTH"),
     "embedder": ("encode_texts", "to_output", "validate_texts"),
     "inspect_tokens": ("SoftTokenStep", "inspect_soft_tokens"),
     "instructions": ("DEFAULT_QUERY_INSTRUCTION", "default_prompts", "resolve_instruction"),

@@ -1,4 +1,4 @@
-"""Length-sorted batches and left-padded collation."""
+"""Length-sorted batches sized by texts and tokens, and left-padded collation."""
 
 from __future__ import annotations
 
@@ -8,7 +8,11 @@ import torch
 
 from .prompts import EncodedPrompt
 
-__all__ = ["Batch", "collate", "length_sorted_batches"]
+__all__ = ["MAX_BATCH_ROWS", "Batch", "collate", "length_sorted_batches"]
+
+# rows per batch at most however short the texts: a GIRCSE step holds (rows, vocabulary) float32 probabilities
+# (256 rows: 50 MB with the default model's 49,152 tokens)
+MAX_BATCH_ROWS = 256
 
 
 class Batch:
@@ -24,12 +28,28 @@ class Batch:
         return Batch(self.input_ids.to(device), self.attention_mask.to(device), self.text_mask.to(device))
 
 
-def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Indices grouped into batches of similar length, longest first (so memory peaks early)."""
+def length_sorted_batches(lengths: Sequence[int], batch_size: int, max_tokens: int = 0) -> list[list[int]]:
+    """Indices grouped into batches of similar length, longest first (so memory peaks early).
+
+    Args:
+        lengths: each item's tokens.
+        batch_size: items per batch; with ``max_tokens``, the fewest a batch takes (long texts).
+        max_tokens: 0, or a budget of padded tokens (rows x the batch's longest item): a batch of short
+            items takes more than ``batch_size`` of them while they fit (at most :data:`MAX_BATCH_ROWS`).
+    """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if max_tokens < 0:
+        raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    batches, start = [], 0
+    while start < len(order):
+        rows = batch_size
+        if max_tokens:  # the batch's first item is its longest
+            rows = max(batch_size, min(max_tokens // max(lengths[order[start]], 1), MAX_BATCH_ROWS))
+        batches.append(order[start : start + rows])
+        start += rows
+    return batches
 
 
 def collate(prompts: Sequence[EncodedPrompt], pad_id: int) -> Batch:

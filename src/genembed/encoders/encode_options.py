@@ -1,11 +1,13 @@
 """What ``model.encode`` takes besides sentence-transformers' keywords, looked up in one place.
 
 ``encode`` spells its keywords as sentence-transformers does (``prompt``, ``prompt_name``, ``batch_size``,
-``normalize_embeddings``, ``convert_to_numpy``, ``precision``, ``truncate_dim``, ...). Everything else
-is an override of the model's settings (:class:`~genembed.encoders.settings.EmbedSettings` fields such as
+``normalize_embeddings``, ``convert_to_numpy``, ``precision``, ``truncate_dim``, ...). The others are
+overrides of the model's settings (:class:`~genembed.encoders.settings.EmbedSettings` fields such as
 ``steps`` or ``method``, and ``center``), given as keywords (:class:`EncodeOverrides`), or genembed's own
 spelling of a sentence-transformers keyword (:data:`ALIASES`: ``instruction`` is ``prompt``,
-``normalize`` is ``normalize_embeddings``).
+``normalize`` is ``normalize_embeddings``). The few that are neither ``encode`` declares itself:
+``settings`` (a whole settings object), ``prompts`` (the texts already tokenized) and the ``return_*``
+switches.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ ALIASES = {"instruction": "prompt", "normalize": "normalize_embeddings"}
 # the settings one encode call may change (EmbedSettings fields, ``max_steps`` of steps="auto", and
 # centering); training-only and index-only fields are not among them
 SETTING_OVERRIDES = ("method", "steps", "attention", "prompt_format", "tau", "max_length", "max_steps", "stop_tol")
-SETTING_OVERRIDES += ("use_cache", "fast_path", "share_prefix", "center")
+SETTING_OVERRIDES += ("use_cache", "fast_path", "share_prefix", "cache_prefix", "batch_tokens", "center")
 
 
 class EncodeOverrides(TypedDict, total=False):
@@ -41,6 +43,8 @@ class EncodeOverrides(TypedDict, total=False):
     use_cache: bool | None  # KV-cached soft tokens (False: the reference recomputation)
     fast_path: bool | None  # the CPU inference fast path where it applies
     share_prefix: bool | None  # each instruction's prefix computed once per batch
+    cache_prefix: bool | None  # each instruction's prefix states computed once and cached (inference)
+    batch_tokens: int | None  # short texts fill a batch past batch_size while padded tokens fit (0: off)
     center: bool | None  # subtract the instruction's center
 
 

@@ -13,6 +13,9 @@ explained in ``docs/performance.md``):
   construction per step, and one ``(B, 1, D)`` pass through the layers.
 - For GIRCSE, only the prompt's last position is carried through the last layer's MLP (the other
   positions' final hidden states are never used; their keys and values are).
+- Under causal attention a prompt can start after a cached prefix (its template and instruction,
+  :mod:`genembed.encoders.prefix_cache`): the rows sit at positions ``P..``, their prefill attends to the
+  prefix's keys with a bottom-right causal mask, and the KV cache holds the prefix in its first slots.
 
 It is used only for inference (no gradients), on CPU, for float32 or bfloat16 weights of a supported
 architecture (Llama, Mistral and Qwen2 without sliding windows); :meth:`FastDecoder.build` returns None
@@ -38,11 +41,16 @@ import torch.nn.functional as F
 
 from ..backbone.attention import decoder_stack
 from .methods import DEFAULT_TAU
+from .prefix_cache import PrefixStates
 from .soft_tokens import SoftTokenOutput, output_head, soft_token_loop
 
 __all__ = ["FastDecoder", "KVCache", "right_pad"]
 
 _ARCHITECTURES = ("llama", "mistral", "qwen2")
+# GIRCSE prefills of large batches run in row chunks of about this many tokens, and the steps on all rows
+# together: on the 2-core EPYC here the steps' stack cost 1.46x less per row at 128 rows than at 32, while a
+# 2,048-token prefill ran no faster than four 512-token ones (docs/performance.md)
+PREFILL_CHUNK_TOKENS = 512
 _LAYER_PARTS = (
     "self_attn.q_proj",
     "self_attn.k_proj",
@@ -281,6 +289,32 @@ class FastDecoder:
         gated = _linear_then(mlp.up_proj, x, _linear(mlp.gate_proj, x, "swish"), "mul")
         return _linear_then(mlp.down_proj, gated, h, "add")
 
+    def _layer_kv(
+        self, layer: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A layer's rotated keys and its values for normalized inputs ``x`` ``(B, T, D)``: ``(B, kv, T, hd)``."""
+        attn = layer.self_attn
+        return _rope(self._heads(attn.k_proj, x, self.kv_heads), cos, sin), self._heads(attn.v_proj, x, self.kv_heads)
+
+    def prefix_states(self, ids: list[int] | tuple[int, ...]) -> PrefixStates:
+        """The keys and values of a prefix (causal), computed at batch 1; the last layer stops at its keys
+        and values (its attention and MLP outputs would never be used)."""
+        input_ids = torch.tensor([list(ids)], dtype=torch.long, device=self.embed.device)
+        h = self.embed[input_ids]  # (1, P, D)
+        cos, sin = self._rotary(h, torch.arange(input_ids.shape[1], device=h.device)[None])
+        keys, values = [], []
+        last = len(self.stack.layers) - 1
+        for i, layer in enumerate(self.stack.layers):
+            x = _rms_norm(layer.input_layernorm, h)
+            k, v = self._layer_kv(layer, x, cos, sin)
+            keys.append(k.contiguous())
+            values.append(v.contiguous())
+            if i < last:
+                q = _rope(self._heads(layer.self_attn.q_proj, x), cos, sin)
+                attended = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale, enable_gqa=True)
+                h = self._finish_layer(layer, attended, h)
+        return PrefixStates(tuple(keys), tuple(values))
+
     def prefill(
         self,
         input_ids: torch.Tensor,
@@ -288,6 +322,8 @@ class FastDecoder:
         *,
         causal: bool = True,
         cache_steps: int | None = None,
+        prefix: PrefixStates | None = None,
+        chunk_tokens: int = 0,
     ) -> tuple[torch.Tensor, KVCache | None]:
         """Run right-padded prompts through the stack.
 
@@ -298,58 +334,92 @@ class FastDecoder:
             cache_steps: None for a plain forward returning every position's final hidden state ``(B, T, D)``.
                 An int K keeps a KV cache with room for K soft tokens and returns only each row's last real
                 position ``(B, D)`` (the last layer's MLP runs on that position only).
+            prefix: the states of P tokens that come before every row (causal only): the rows sit at
+                positions ``P..``, attend to them, and the KV cache holds them first.
+            chunk_tokens: with ``cache_steps``, run the prompts in row chunks of about this many tokens
+                (0: all rows at once) into one cache, so that the soft-token steps run on every row together.
 
         Returns:
             ``(hidden, cache)``; ``cache`` is None without ``cache_steps``.
         """
         batch, width = input_ids.shape
+        before = 0 if prefix is None else prefix.length
+        if before and not causal:
+            raise ValueError("a prefix's states can be reused under causal attention only")
+        if cache_steps is None:
+            return self._forward(input_ids, lengths, causal, prefix, None, slice(None)), None
+        total = before + width + cache_steps
+        slots = torch.arange(total, device=input_ids.device)[None]
+        shape = (batch, self.kv_heads, total, self.head_dim)
+        layers = len(self.stack.layers)
+        cache = KVCache(
+            keys=[self.embed.new_empty(shape) for _ in range(layers)],
+            values=[self.embed.new_empty(shape) for _ in range(layers)],
+            key_mask=((slots < (before + lengths)[:, None]) | (slots >= before + width))[:, None, None],
+            lengths=before + lengths,
+            prompt_width=before + width,
+        )
+        for i in range(layers if before else 0):
+            cache.keys[i][:, :, :before] = prefix.keys[i]
+            cache.values[i][:, :, :before] = prefix.values[i]
+        rows = max(1, chunk_tokens // width) if chunk_tokens else batch
+        hidden = [
+            self._forward(input_ids[r : r + rows], lengths[r : r + rows], causal, prefix, cache, slice(r, r + rows))
+            for r in range(0, batch, rows)
+        ]
+        cache.filled = before + width
+        return torch.cat(hidden) if len(hidden) > 1 else hidden[0], cache
+
+    def _forward(
+        self,
+        input_ids: torch.Tensor,
+        lengths: torch.Tensor,
+        causal: bool,
+        prefix: PrefixStates | None,
+        cache: KVCache | None,
+        rows: slice,
+    ) -> torch.Tensor:
+        """:meth:`prefill` of some rows: their keys and values go to those ``rows`` of ``cache``."""
+        batch, width = input_ids.shape
+        before = 0 if prefix is None else prefix.length
         h = self.embed[input_ids]  # (B, T, D)
         positions = torch.arange(width, device=h.device)[None]
-        cos, sin = self._rotary(h, positions)
+        cos, sin = self._rotary(h, positions + before)
         key_mask = None if causal else (positions < lengths[:, None])[:, None, None]  # (B, 1, 1, T)
-        cache = None
-        if cache_steps is not None:
-            total = width + cache_steps
-            slots = torch.arange(total, device=h.device)[None]
-            cache = KVCache(
-                keys=[],
-                values=[],
-                key_mask=((slots < lengths[:, None]) | (slots >= width))[:, None, None],
-                lengths=lengths,
-                prompt_width=width,
-            )
+        if before:  # causal from the bottom right: token t sees the prefix and tokens <= t
+            key_mask = torch.arange(before + width, device=h.device)[None] <= positions[0, :, None] + before
         last = len(self.stack.layers) - 1
-        rows = torch.arange(batch, device=h.device)
+        index = torch.arange(batch, device=h.device)
         for i, layer in enumerate(self.stack.layers):
             x = _rms_norm(layer.input_layernorm, h)
             only_last = cache is not None and i == last  # only each row's last real position goes on
             if only_last:
-                h, x_last = h[rows, lengths - 1][:, None], x[rows, lengths - 1][:, None]  # (B, 1, D)
+                h, x_last = h[index, lengths - 1][:, None], x[index, lengths - 1][:, None]  # (B, 1, D)
                 cos_last, sin_last = cos[0, 0, lengths - 1][:, None, None], sin[0, 0, lengths - 1][:, None, None]
                 q = _rope(self._heads(layer.self_attn.q_proj, x_last), cos_last, sin_last)  # (B, heads, 1, hd)
             else:
                 q = _rope(self._heads(layer.self_attn.q_proj, x), cos, sin)
-            k = _rope(self._heads(layer.self_attn.k_proj, x, self.kv_heads), cos, sin)
-            v = self._heads(layer.self_attn.v_proj, x, self.kv_heads)
+            k, v = self._layer_kv(layer, x, cos, sin)
             if cache is not None:
-                shape = (batch, self.kv_heads, cache.key_mask.shape[-1], self.head_dim)
-                cache.keys.append(k.new_empty(shape))
-                cache.values.append(v.new_empty(shape))
-                cache.keys[-1][:, :, :width] = k
-                cache.values[-1][:, :, :width] = v
+                cache.keys[i][rows, :, before : before + width] = k
+                cache.values[i][rows, :, before : before + width] = v
+                if before:
+                    k, v = cache.keys[i][rows, :, : before + width], cache.values[i][rows, :, : before + width]
+            elif before:
+                k = torch.cat([prefix.keys[i].expand(batch, -1, -1, -1), k], dim=2)
+                v = torch.cat([prefix.values[i].expand(batch, -1, -1, -1), v], dim=2)
             if only_last:  # the last real query sees every real key, causal or not
-                mask = (positions < lengths[:, None])[:, None, None]
+                mask = (torch.arange(before + width, device=h.device)[None] < (before + lengths)[:, None])[
+                    :, None, None
+                ]
                 attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale, enable_gqa=True)
             else:
                 attended = F.scaled_dot_product_attention(
-                    q, k, v, attn_mask=key_mask, is_causal=causal, scale=self.scale, enable_gqa=True
+                    q, k, v, attn_mask=key_mask, is_causal=causal and not before, scale=self.scale, enable_gqa=True
                 )
             h = self._finish_layer(layer, attended, h)
         h = _rms_norm(self.stack.norm, h)
-        if cache is not None:
-            cache.filled = width
-            return h[:, 0], cache
-        return h, None
+        return h[:, 0] if cache is not None else h
 
     def step(self, embeds: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """Feed one soft token per row ``(B, D)``; return its final hidden state ``(B, D)``."""
@@ -362,10 +432,10 @@ class FastDecoder:
         bias = cache.key_bias[..., : slot + 1]
         for i, layer in enumerate(self.stack.layers):
             x = _rms_norm(layer.input_layernorm, h)
-            attn = layer.self_attn
-            cache.keys[i][:, :, slot] = _rope(self._heads(attn.k_proj, x, self.kv_heads), cos, sin)[:, :, 0]
-            cache.values[i][:, :, slot] = self._heads(attn.v_proj, x, self.kv_heads)[:, :, 0]
-            q = _rope(self._heads(attn.q_proj, x), cos, sin)  # (B, heads, 1, hd)
+            k, v = self._layer_kv(layer, x, cos, sin)
+            cache.keys[i][:, :, slot] = k[:, :, 0]
+            cache.values[i][:, :, slot] = v[:, :, 0]
+            q = _rope(self._heads(layer.self_attn.q_proj, x), cos, sin)  # (B, heads, 1, hd)
             keys, values = cache.keys[i][:, :, : slot + 1], cache.values[i][:, :, : slot + 1]
             h = self._finish_layer(layer, self._attend_one(q, keys, values, bias), h)
         cache.filled = slot + 1
@@ -380,25 +450,43 @@ class FastDecoder:
         tau: float = DEFAULT_TAU,
         causal: bool = True,
         stop_tol: float | None = None,
+        prefix: PrefixStates | None = None,
     ) -> SoftTokenOutput:
-        """:func:`~genembed.encoders.soft_tokens.generate_soft_tokens` on this path, for left-padded prompts."""
+        """:func:`~genembed.encoders.soft_tokens.generate_soft_tokens` on this path, for left-padded prompts
+        (after ``prefix``, when given)."""
         input_ids, lengths = right_pad(input_ids, attention_mask)
-        h_0, cache = self.prefill(input_ids, lengths, causal=causal, cache_steps=steps)
-        head, embed = output_head(self.model)
+        h_0, cache = self.prefill(
+            input_ids, lengths, causal=causal, cache_steps=steps, prefix=prefix, chunk_tokens=PREFILL_CHUNK_TOKENS
+        )
+        head, _ = output_head(self.model)
+        soft_embedding = self.soft_embedding_fn(head, tau)
+        return soft_token_loop(h_0, lambda d_k, k: self.step(d_k, cache), soft_embedding, steps, stop_tol)
+
+    def soft_embedding_fn(self, head: Any, tau: float) -> Any:
+        """``h -> (p, d)``: ``p = softmax(lm_head(h) / tau)`` ``(B, V)`` and ``d = p @ E`` ``(B, D)``."""
+        _, embed = output_head(self.model)
 
         def soft_embedding(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            probs = torch.softmax(_linear(head, h).float() / tau, dim=-1)  # (B, V)
+            logits = _linear(head, h).float()  # (B, V), a new tensor: scaled in place, then normalized in place
+            if tau != 1.0:
+                logits.div_(tau)
+            probs = torch.softmax(logits, dim=-1)
             if _ONEDNN:  # p @ E as a linear with weight E^T (a view): 2x faster than torch.mm (MKL) here
                 return probs, torch.ops.mkldnn._linear_pointwise(probs.to(embed.dtype), embed.t(), None, "none", [], "")
             return probs, probs.to(embed.dtype) @ embed
 
-        return soft_token_loop(h_0, lambda d_k, k: self.step(d_k, cache), soft_embedding, steps, stop_tol)
+        return soft_embedding
 
     def hidden_states(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *rows: torch.Tensor, causal: bool = True
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        *rows: torch.Tensor,
+        causal: bool = True,
+        prefix: PrefixStates | None = None,
     ) -> tuple[torch.Tensor, ...]:
-        """One pass over left-padded prompts: ``(hidden, lengths, *rows)``, all right-padded alike
-        (``hidden`` ``(B, T, D)``; row ``b``'s last real token is at ``lengths[b] - 1``)."""
+        """One pass over left-padded prompts (after ``prefix``, when given): ``(hidden, lengths, *rows)``, all
+        right-padded alike (``hidden`` ``(B, T, D)``; row ``b``'s last real token is at ``lengths[b] - 1``)."""
         input_ids, lengths, *rolled = right_pad(input_ids, attention_mask, *rows)
-        hidden, _ = self.prefill(input_ids, lengths, causal=causal)
+        hidden, _ = self.prefill(input_ids, lengths, causal=causal, prefix=prefix)
         return hidden, lengths, *rolled

@@ -14,13 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..backbone.attention import check_attention
-from .defaults import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH
+from .defaults import DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TOKENS, DEFAULT_MAX_LENGTH
 from .instructions import DEFAULT_QUERY_INSTRUCTION
 from .methods import DEFAULT_MAX_STEPS, DEFAULT_METHOD, DEFAULT_STEPS, DEFAULT_TAU, MethodRules, method_rules
 from .prompts import PROMPT_FORMATS, EncodedPrompt, encode_prompts
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
+    "DEFAULT_BATCH_TOKENS",
     "DEFAULT_MAX_LENGTH",
     "EMBEDDING_FIELDS",
     "EmbedSettings",
@@ -55,11 +56,17 @@ class EmbedSettings:
     tau: float = DEFAULT_TAU  # soft-token softmax temperature
     max_length: int = DEFAULT_MAX_LENGTH  # tokens per prompt (instruction and template included); longer texts are cut
     batch_size: int = DEFAULT_BATCH_SIZE  # texts per forward pass (changes no embedding)
+    # short texts fill a batch past batch_size while rows x padded tokens fit (0: batch_size texts per batch)
+    batch_tokens: int = DEFAULT_BATCH_TOKENS
     use_cache: bool = True  # KV-cached soft tokens; False recomputes the sequence every step (reference)
     fast_path: bool = True  # the CPU inference fast path where it applies (genembed.encoders.fast_decoder)
     # soft tokens on the transformers path: each instruction's prefix computed once per batch (same
     # embeddings up to rounding; genembed.encoders.shared_prefix); causal attention only
     share_prefix: bool = False
+    # inference (no gradients), causal attention: each prefix's states (template and instruction before the
+    # text) computed once and kept in the model's bounded cache (same embeddings up to rounding;
+    # genembed.encoders.prefix_cache); False runs every prompt whole
+    cache_prefix: bool = True
     query_instruction: str = DEFAULT_QUERY_INSTRUCTION  # indexes: the instruction queries get
     doc_instruction: str = ""  # indexes: the instruction documents get
     center: bool = False  # indexes: subtract each instruction's center (genembed.encoders.centering)
@@ -78,6 +85,8 @@ class EmbedSettings:
             raise ValueError(f"stop_tol must be in (0, 1), got {self.stop_tol}")
         if self.max_length < 1 or self.batch_size < 1:
             raise ValueError(f"max_length and batch_size must be >= 1, got {self.max_length} and {self.batch_size}")
+        if isinstance(self.batch_tokens, bool) or not isinstance(self.batch_tokens, int) or self.batch_tokens < 0:
+            raise ValueError(f"batch_tokens must be an int >= 0, got {self.batch_tokens!r}")
         if self.tau <= 0:
             raise ValueError(f"tau must be > 0, got {self.tau}")
         if self.share_prefix and (not rules.uses_steps or attention != "causal" or not self.use_cache):

@@ -1,26 +1,34 @@
-"""Soft tokens for a batch whose prompts share prefixes: each instruction's prefix computed once.
+"""A batch whose prompts share prefixes, embedded with each prefix's states computed once.
 
-A training batch embeds many texts under few instructions (one per contrastive batch side, a handful per
-single-text batch), and in the ``chat`` format an instruction and its template are a third of the prompt
-tokens. :func:`embed_shared_prefixes` groups the rows of a left-padded batch by the tokens before their
-text (the instruction and template, read from the text mask), and runs
-:func:`~genembed.encoders.soft_tokens.generate_soft_tokens` once per group with that prefix computed
-once (``prefix_len``), each group trimmed to its own longest prompt. The hidden states come back in the
-batch's row order, equal to the unshared path's up to floating-point rounding (tested).
+A prompt is its prefix (the template and instruction before its text) and the rest (its text and the
+template after it). :func:`embed_by_prefix` groups the rows of a left-padded batch by the token ids before
+their text (read from the text mask), cuts each group's rows after their prefix and embeds them with that
+prefix's :class:`~genembed.encoders.prefix_cache.PrefixStates`, which every row's tokens attend to; the
+results come back in the batch's row order, equal to the unshared path's up to floating-point rounding
+(tested). One implementation serves both uses:
+
+- training: a contrastive batch embeds many texts under few instructions; each prefix is computed once
+  per batch, with gradients (``EmbedSettings.share_prefix``);
+- inference: the states come from the model's bounded
+  :class:`~genembed.encoders.prefix_cache.PrefixCache`, computed once per instruction for every batch
+  and request after it, on the fast path or the transformers path.
 
 Causal attention only: under bidirectional attention a prefix's states depend on the text after it.
+A row whose text is empty is pooled over its whole prompt, so it keeps its prefix (runs unshared).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import torch
 
 from .batching import Batch
-from .soft_tokens import SoftTokenOutput, generate_soft_tokens
 
-__all__ = ["embed_shared_prefixes", "prefix_groups"]
+__all__ = ["embed_by_prefix", "prefix_groups", "rows_after_prefix", "select_rows"]
+
+# embeds one group: (its rows as a batch, the prefix ids they were cut after, or None) -> per-row tensors
+GroupFn = Callable[[Batch, "tuple[int, ...] | None"], Sequence["torch.Tensor | None"]]
 
 
 def prefix_groups(batch: Batch) -> list[tuple[list[int], int]]:
@@ -39,38 +47,50 @@ def prefix_groups(batch: Batch) -> list[tuple[list[int], int]]:
     return [(rows, len(prefix)) for prefix, rows in groups.items()]
 
 
-def embed_shared_prefixes(
-    model: Any,
-    batch: Batch,
-    *,
-    steps: int,
-    tau: float,
-    stop_tol: float | None = None,
-) -> SoftTokenOutput:
-    """:func:`generate_soft_tokens` (cached, causal) with every prefix group's prefix computed once.
+def select_rows(batch: Batch, rows: list[int]) -> Batch:
+    """Rows of a left-padded batch, trimmed to the longest of them."""
+    index = torch.tensor(rows, device=batch.input_ids.device)
+    width = int(batch.attention_mask[index].sum(dim=1).max())
+    return Batch(*(t[index, -width:] for t in (batch.input_ids, batch.attention_mask, batch.text_mask)))
 
-    Returns ``hidden`` ``(B, K, D)`` and ``steps_used`` ``(B,)`` in the batch's row order (no cache).
+
+def rows_after_prefix(batch: Batch, rows: list[int], prefix_len: int) -> tuple[Batch, tuple[int, ...]]:
+    """Rows that share their first ``prefix_len`` real tokens, cut after them: a left-padded batch of each
+    row's remaining tokens (trimmed to the longest), and the prefix's ids."""
+    rest = select_rows(batch, rows)
+    width = rest.input_ids.shape[1]
+    lengths = rest.attention_mask.sum(dim=1)
+    if prefix_len >= int(lengths.min()):
+        raise ValueError(f"prefix_len {prefix_len} leaves a prompt of {int(lengths.min())} tokens no token after it")
+    first = width - int(lengths[0])  # row 0's first real token
+    prefix = tuple(rest.input_ids[0, first : first + prefix_len].tolist())
+    columns = torch.arange(width - prefix_len, device=lengths.device)
+    mask = (columns[None] >= (width - lengths)[:, None]).to(rest.attention_mask.dtype)  # (B, T - P)
+    cut = Batch(rest.input_ids[:, prefix_len:], mask, rest.text_mask[:, prefix_len:] * mask)
+    return cut, prefix
+
+
+def embed_by_prefix(batch: Batch, embed: GroupFn, *, share_single: bool) -> tuple[torch.Tensor | None, ...]:
+    """Embed a batch group by group (:func:`prefix_groups`) and return the per-row results in row order.
+
+    Args:
+        batch: left-padded prompts with their text masks.
+        embed: ``embed(group batch, prefix ids or None)``: a tuple of ``(rows, ...)`` tensors (or None
+            entries) for the group; given prefix ids, the group batch holds the tokens after them.
+        share_single: also cut a group of one row after its prefix (worth it when the prefix's states are
+            cached; else a lone row runs whole).
     """
-    hidden, used, order = [], [], []
+    parts: list[tuple[list[int], Sequence[torch.Tensor | None]]] = []
     for rows, prefix_len in prefix_groups(batch):
-        index = torch.tensor(rows, device=batch.input_ids.device)
-        mask = batch.attention_mask[index]
-        width = int(mask.sum(dim=1).max())  # trim the columns every row of the group pads
-        out = generate_soft_tokens(
-            model,
-            batch.input_ids[index, -width:],
-            mask[:, -width:],
-            steps=steps,
-            tau=tau,
-            attention="causal",
-            use_cache=True,
-            stop_tol=stop_tol,
-            prefix_len=prefix_len if len(rows) > 1 else 0,
-        )
-        hidden.append(out.hidden)
-        used.append(out.steps_used)
-        order += rows
-    if len(hidden) == 1:
-        return SoftTokenOutput(hidden=hidden[0], steps_used=used[0])
+        if prefix_len and (share_single or len(rows) > 1):
+            parts.append((rows, embed(*rows_after_prefix(batch, rows, prefix_len))))
+        else:
+            parts.append((rows, embed(select_rows(batch, rows), None)))
+    if len(parts) == 1:
+        return tuple(parts[0][1])
+    order = [row for rows, _ in parts for row in rows]
     inverse = torch.tensor(order, device=batch.input_ids.device).argsort()  # batch row -> its place in the groups
-    return SoftTokenOutput(hidden=torch.cat(hidden)[inverse], steps_used=torch.cat(used)[inverse])
+    merged = []
+    for field in zip(*(out for _, out in parts), strict=True):
+        merged.append(None if field[0] is None else torch.cat(field)[inverse])  # type: ignore[arg-type]
+    return tuple(merged)

@@ -16,10 +16,11 @@ Two paths compute the same ``h_1..h_K`` (tested to 1e-4 in float32):
 - recompute: K+1 full forward passes over prompt + soft tokens, as the reference implementation
   does; kept as the ground truth for tests and the training benchmark.
 
-The cached path can also compute a prefix that every prompt of the batch starts with (an instruction and
-its template, ``prefix_len`` tokens) once, at batch size 1, and let every row's remaining tokens attend to
-its keys and values (:mod:`genembed.encoders.shared_prefix` finds such groups): the same ``h_1..h_K``, with
-the prefix's share of the prefill (and of its backward pass in training) paid once per batch.
+The cached path can also start from the states of a prefix that every prompt of the batch opens with (an
+instruction and its template, :class:`~genembed.encoders.prefix_cache.PrefixStates`), computed once: the
+batch then holds only each row's remaining tokens, which attend to the prefix's keys and values
+(:mod:`genembed.encoders.shared_prefix` finds such groups): the same ``h_1..h_K``, with the prefix's share
+of the prefill (and of its backward pass in training) paid once per batch, or once per instruction.
 
 Reference: GIRCSE, "Generative Iterative Refinement for Contrastive Sentence Embeddings".
 """
@@ -34,8 +35,9 @@ import torch
 
 from ..backbone.attention import run_decoder
 from .methods import DEFAULT_TAU
+from .prefix_cache import PrefixStates
 
-__all__ = ["SoftTokenOutput", "generate_soft_tokens", "output_head", "soft_token_loop"]
+__all__ = ["SoftTokenOutput", "generate_soft_tokens", "output_head", "soft_token_loop", "with_prefix_mask"]
 
 
 @dataclass
@@ -76,7 +78,7 @@ def generate_soft_tokens(
     use_cache: bool = True,
     stop_tol: float | None = None,
     top: int = 0,
-    prefix_len: int = 0,
+    prefix: PrefixStates | None = None,
 ) -> SoftTokenOutput:
     """Generate ``steps`` soft tokens after left-padded prompts.
 
@@ -90,8 +92,8 @@ def generate_soft_tokens(
         stop_tol: adaptive K: a row stops at the first k >= 2 where cos(z_k, z_{k-1}) > stop_tol;
             its later hidden states repeat its running mean so that z stays frozen.
         top: also return the ``top`` most probable tokens of each p_k.
-        prefix_len: every prompt's first ``prefix_len`` real tokens are the same (each row has at least one
-            token after them): their states are computed once and shared (cached path, causal attention).
+        prefix: the states of a prefix every prompt opens with; ``input_ids`` then hold each prompt's tokens
+            after it (at least one per row). Cached path and causal attention only.
     """
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
@@ -99,10 +101,13 @@ def generate_soft_tokens(
         raise ValueError(f"tau must be > 0, got {tau}")
     head, embed = output_head(model)
     prompt_embeds = embed[input_ids]  # (B, T, D)
-    if prefix_len:
+    if prefix is not None:
         if not use_cache or attention != "causal":
             raise ValueError("a shared prefix needs the cached path (use_cache=True) and causal attention")
-        out, mask = _prefill_after_prefix(model, prompt_embeds, attention_mask, prefix_len, attention)
+        mask = with_prefix_mask(attention_mask, prefix)
+        cache = prefix.dynamic_cache(input_ids.shape[0])
+        out = run_decoder(model, inputs_embeds=prompt_embeds, attention_mask=mask, attention=attention, cache=cache)
+        out.cache = cache
     elif use_cache:
         out = run_decoder(
             model, inputs_embeds=prompt_embeds, attention_mask=attention_mask, attention=attention, use_cache=True
@@ -110,7 +115,7 @@ def generate_soft_tokens(
         mask = attention_mask
     if use_cache:
         cache = out.cache
-        n_real = attention_mask.sum(dim=1, keepdim=True)  # (B, 1)
+        n_real = mask.sum(dim=1, keepdim=True)  # (B, 1), prefix included
         ones = attention_mask.new_ones((input_ids.shape[0], 1))
 
         def step(d_k: torch.Tensor, k: int) -> torch.Tensor:
@@ -191,37 +196,13 @@ def soft_token_loop(
     return result
 
 
-def _prefill_after_prefix(
-    model: Any, prompt_embeds: torch.Tensor, attention_mask: torch.Tensor, prefix_len: int, attention: str
-) -> tuple[Any, torch.Tensor]:
-    """The prefill of prompts that share their first ``prefix_len`` real tokens: the prefix once (batch 1), then
-    every row's remaining tokens on its cache, repeated to the batch. Returns the second pass's output (its
-    cache holds prefix then rows) and the attention mask over the cache, ``(B, prefix_len + T - prefix_len)``."""
-    batch, width = attention_mask.shape
-    lengths = attention_mask.sum(dim=1)  # (B,)
-    if prefix_len >= int(lengths.min()):
-        raise ValueError(f"prefix_len {prefix_len} leaves a prompt of {int(lengths.min())} tokens no token after it")
-    start = width - int(lengths[0])  # row 0's first real token
-    prefix = prompt_embeds[:1, start : start + prefix_len]  # the same in every row
-    first = run_decoder(
-        model,
-        inputs_embeds=prefix,
-        attention_mask=attention_mask.new_ones((1, prefix_len)),
-        attention=attention,
-        use_cache=True,
-    )
-    cache = first.cache
-    cache.batch_repeat_interleave(batch)
-    # each row's tokens after the prefix, still left-padded: the last width - prefix_len columns, with the
-    # prefix's own columns (and the padding) masked
-    columns = torch.arange(width, device=attention_mask.device)
-    rest_mask = (columns[None] >= (width - lengths + prefix_len)[:, None]).to(attention_mask.dtype)[:, prefix_len:]
-    mask = torch.cat([attention_mask.new_ones((batch, prefix_len)), rest_mask], dim=1)
-    out = run_decoder(
-        model, inputs_embeds=prompt_embeds[:, prefix_len:], attention_mask=mask, attention=attention, cache=cache
-    )
-    out.cache = cache
-    return out, mask
+def with_prefix_mask(attention_mask: torch.Tensor, prefix: PrefixStates) -> torch.Tensor:
+    """The attention mask over a prefix and the left-padded tokens after it, ``(B, P + T)``: the padding
+    sits between the prefix and each row's tokens, and positions (``cumsum(mask) - 1``) run on from P."""
+    lengths = attention_mask.sum(dim=1)
+    if int(lengths.min()) < 1:
+        raise ValueError("every prompt needs at least one token after its prefix")
+    return torch.cat([attention_mask.new_ones((attention_mask.shape[0], prefix.length)), attention_mask], dim=1)
 
 
 def _recompute_last(

@@ -68,10 +68,11 @@ def encode_with_kv(
                 keys, values = keys.to(kv_dtype), values.to(kv_dtype)
             kv[i] = (keys.cpu(), values.cpu())
 
-    # the transformers pass (not the CPU fast path) gives the KV states, and the embeddings with them
-    slow = settings.replace(fast_path=False)
+    # the transformers pass (not the CPU fast path) gives the KV states, and the embeddings with them;
+    # without them the fast path and the cached instruction prefixes apply, as in encode
+    run = settings.replace(fast_path=False) if keep_kv else settings
     callback = keep if keep_kv else None
-    embeddings, _ = embed_prompts(backbone, prompts, slow, keep_kv=keep_kv, on_batch=callback, progress=False)
+    embeddings, _ = embed_prompts(backbone, prompts, run, keep_kv=keep_kv, on_batch=callback, progress=False)
     if settings.center:
         embeddings = apply_center(embeddings, instruction_center(backbone, settings, instruction))
     normalized = torch.nn.functional.normalize(embeddings, dim=-1).numpy().astype(np.float32)

@@ -29,6 +29,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -38,7 +39,7 @@ __all__ = ["BatcherClosedError", "EmbeddingBatcher"]
 
 logger = logging.getLogger(__name__)
 
-EncodeFn = Callable[[Hashable, list[str]], np.ndarray]
+EncodeFn = Callable[[Hashable, list[Any]], np.ndarray]
 RunFn = Callable[..., Awaitable[np.ndarray]]
 
 
@@ -48,7 +49,7 @@ class BatcherClosedError(Exception):
 
 @dataclass(eq=False)
 class _Job:
-    texts: list[str]
+    texts: list[Any]  # what encode embeds: texts, or (text, prompt) pairs tokenized once by the server
     key: Hashable  # jobs with equal keys can share forward passes
     cost: int  # tokens this job adds to a batch
     future: asyncio.Future = field(repr=False)
@@ -116,10 +117,12 @@ class EmbeddingBatcher:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._loop(), name="genembed-batcher")
 
-    async def submit(self, texts: list[str], *, key: Hashable, cost: int, background: bool = False) -> np.ndarray:
+    async def submit(self, texts: list[Any], *, key: Hashable, cost: int, background: bool = False) -> np.ndarray:
         """Queue texts and wait for their embeddings, ``(len(texts), dim)``, in order.
 
         Args:
+            texts: what ``encode`` embeds: the server's ``(text, prompt)`` pairs (tokenized once, on the
+                event loop), or plain texts.
             key: jobs with equal keys can share forward passes (``encode`` receives it).
             cost: tokens this job adds to a batch.
             background: server work (centring) rather than a client request: it takes turns with the

@@ -60,7 +60,8 @@ class CenterScheduler:
     Args:
         backbone: the served model's backbone (its center cache and disk cache are used).
         batcher: the running :class:`EmbeddingBatcher`.
-        costs: ``costs(texts, instruction, steps) -> tokens per text`` (the batcher's budget).
+        items: ``items(texts, instruction, steps) -> (items, costs)``: what the model thread embeds for each
+            text (tokenized once, on the event loop) and the tokens each costs (the batcher's budget).
         max_active: instructions centred at once.
         max_queue: new instructions waiting for their turn; more are refused.
     """
@@ -69,14 +70,14 @@ class CenterScheduler:
         self,
         backbone: Any,
         batcher: EmbeddingBatcher,
-        costs: Callable[[list[str], str, int | str], list[int]],
+        items: Callable[[list[str], str, int | str], tuple[list[Any], list[int]]],
         *,
         max_active: int,
         max_queue: int,
     ):
         self._backbone = backbone
         self._batcher = batcher
-        self._costs = costs
+        self._items = items
         self.max_active = max_active
         self.max_queue = max_queue
         self._slots = asyncio.Semaphore(max_active)
@@ -136,9 +137,9 @@ class CenterScheduler:
                 texts = list(calibration_texts())
                 batcher = self._batcher
                 job = CalibrationKey(instruction, steps)
-                costs = self._costs(texts, instruction, steps)
+                items, costs = self._items(texts, instruction, steps)
                 rows = await asyncio.gather(
-                    *(batcher.submit([t], key=job, cost=c, background=True) for t, c in zip(texts, costs, strict=True))
+                    *(batcher.submit([i], key=job, cost=c, background=True) for i, c in zip(items, costs, strict=True))
                 )
                 embeddings = torch.from_numpy(np.concatenate(rows, axis=0))
                 center = remember_center(self._backbone, key, mean_direction(embeddings))

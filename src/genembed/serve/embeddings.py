@@ -100,18 +100,19 @@ async def embed_texts(
             than refused with 413 (unless the instruction and template alone are too long).
     """
     steps = state.check_steps(steps)
-    prompt_lengths, text_lengths = state.embedding_prompt_lengths(texts, instruction)
-    if cut:  # a prompt whose instruction and template alone are too long cannot be cut to fit
-        limit = state.settings.max_input_tokens
-        pairs = zip(prompt_lengths, text_lengths, strict=True)
-        prompt_lengths = [min(n, limit) if n - t < limit else n for n, t in pairs]
+    prompts = state.embedding_prompts(texts, instruction)  # the only tokenization of these texts
+    text_lengths = [p.text_end - p.text_start for p in prompts]
+    if cut:
+        prompts = state.cut_prompts(texts, prompts, instruction)
+    prompt_lengths = [len(p.ids) for p in prompts]
     state.check_sizes(prompt_lengths, field=field, what="inputs")
     assert state.batcher is not None
     if not method_rules(state.settings.method).uses_steps:  # single-pass: steps change nothing; share batches
         steps = state.settings.default_steps
     cost = sum(prompt_lengths) + state.soft_tokens(steps) * len(texts)  # soft tokens run through the model too
     key = await state.embed_key(instruction, steps)  # a new instruction's center is computed first
-    vectors = await state.batcher.submit(texts, key=key, cost=cost)
+    items = list(zip(texts, prompts, strict=True))  # the model thread embeds these prompts, tokenizing nothing
+    vectors = await state.batcher.submit(items, key=key, cost=cost)
     tokens = sum(text_lengths)
     state.metrics.count_tokens("embeddings", "prompt", tokens)
     return np.asarray(vectors, dtype=np.float32), tokens

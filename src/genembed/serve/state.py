@@ -22,7 +22,7 @@ from ..encoders.centering import (
     weights_id,
 )
 from ..encoders.embedder import encode_texts
-from ..encoders.prompts import encode_prompts
+from ..encoders.prompts import EncodedPrompt, encode_prompts
 from ..encoders.settings import EmbedSettings
 from ..models.trained_for import warn_if_untrained
 from .batcher import EmbeddingBatcher
@@ -92,7 +92,7 @@ class ServingState:
         self.centers = CenterScheduler(
             self.model.backbone,
             self.batcher,
-            self.text_costs,
+            self.embedding_items,
             max_active=s.max_centering,
             max_queue=s.max_centering_queue,
         )
@@ -130,9 +130,9 @@ class ServingState:
         settings = self.embed_settings(s.default_steps)
         warn_if_untrained(self.model.trained_for, self.model.adapter, settings.method, settings.attention)
         text = calibration_texts()[0]
-        prompt, tokens = self.embedding_prompt_lengths([text], "")  # no request runs yet: the tokenizer is free
-        if prompt[0] - tokens[0] < s.max_input_tokens:  # else no text fits and every request gets 413
-            self._encode(EmbedKey("", s.default_steps), [text])
+        (prompt,) = self.embedding_prompts([text], "")  # no request runs yet: the tokenizer is free
+        if prompt.text_start + len(prompt.ids) - prompt.text_end < s.max_input_tokens:  # else every request gets 413
+            self._encode(EmbedKey("", s.default_steps), [(text, self.cut_prompts([text], [prompt], "")[0])])
         return cache.computed - before
 
     def embed_settings(self, steps: int | str) -> EmbedSettings:
@@ -165,14 +165,17 @@ class ServingState:
         assert self.centers is not None
         return EmbedKey(instruction, steps, await self.centers.center(self.embed_settings(steps), instruction, steps))
 
-    def _encode(self, key: EmbedKey | CalibrationKey, texts: list[str]) -> np.ndarray:
-        """Run on the model thread: the texts' L2-normalised embeddings, centred when ``key`` says so
-        (calibration texts are never centred: they make a center)."""
+    def _encode(self, key: EmbedKey | CalibrationKey, items: list[tuple[str, EncodedPrompt]]) -> np.ndarray:
+        """Run on the model thread: the L2-normalised embeddings of ``(text, prompt)`` items, centred when
+        ``key`` says so (calibration texts are never centred: they make a center). The prompts were built
+        on the event loop (:meth:`embedding_prompts`, cut by :meth:`cut_prompts`), so no text is tokenized
+        twice; each instruction's prefix is computed once (:mod:`genembed.encoders.prefix_cache`)."""
         embeddings, _ = encode_texts(
             self.model.backbone,
-            texts,
+            [text for text, _ in items],
             self.embed_settings(key.steps),
             instruction=key.instruction,
+            prompts=[prompt for _, prompt in items],
             show_progress_bar=False,
         )
         if isinstance(key, CalibrationKey):  # a center is the mean of these, uncentered and whole
@@ -183,10 +186,15 @@ class ServingState:
             embeddings = embeddings[..., : self.model.truncate_dim]
         return torch.nn.functional.normalize(embeddings.float(), dim=-1).numpy()
 
-    def text_costs(self, texts: list[str], instruction: str, steps: int | str) -> list[int]:
-        """Tokens each text runs through the model (prompt and soft tokens): what a batch budgets."""
+    def embedding_items(
+        self, texts: list[str], instruction: str, steps: int | str
+    ) -> tuple[list[tuple[str, EncodedPrompt]], list[int]]:
+        """The ``(text, prompt)`` items :meth:`_encode` embeds (tokenized here, once, and cut to
+        ``max_input_tokens`` as the encoder cuts them) and the tokens each runs through the model, prompt
+        and soft tokens: what a batch budgets. For the calibration texts of a center."""
+        prompts = self.cut_prompts(texts, self.embedding_prompts(texts, instruction), instruction)
         soft = self.soft_tokens(steps)
-        return [n + soft for n in self.prompt_lengths(texts, instruction)]
+        return list(zip(texts, prompts, strict=True)), [len(p.ids) + soft for p in prompts]
 
     def soft_tokens(self, steps: int | str) -> int:
         """Soft tokens a text runs through the model besides its prompt, at most (for batch costs)."""
@@ -208,17 +216,32 @@ class ServingState:
         except (TypeError, ValueError) as exc:
             raise APIError(422, f"cannot format the conversation: {exc}", param="messages") from exc
 
-    def prompt_lengths(self, texts: list[str], instruction: str) -> list[int]:
-        """Prompt tokens per text (see :meth:`embedding_prompt_lengths`)."""
-        return self.embedding_prompt_lengths(texts, instruction)[0]
+    def embedding_prompts(
+        self, texts: list[str], instruction: str, *, max_length: int = 1 << 30
+    ) -> list[EncodedPrompt]:
+        """Each text's prompt exactly as the encoder builds it (uncut unless ``max_length`` is given), with
+        the event loop's tokenizer."""
+        fmt = self.embed_settings(self.settings.default_steps).prompt_format
+        return encode_prompts(self.tokenizer, texts, instruction=instruction, prompt_format=fmt, max_length=max_length)
 
     def embedding_prompt_lengths(self, texts: list[str], instruction: str) -> tuple[list[int], list[int]]:
         """``(prompt tokens, text tokens)`` per text, exactly as the encoder will build the prompts."""
-        fmt = self.model.embed_settings(
-            method=self.settings.method, prompt_format=self.settings.prompt_format
-        ).prompt_format
-        prompts = encode_prompts(self.tokenizer, texts, instruction=instruction, prompt_format=fmt, max_length=1 << 30)
+        prompts = self.embedding_prompts(texts, instruction)
         return [len(p.ids) for p in prompts], [p.text_end - p.text_start for p in prompts]
+
+    def cut_prompts(self, texts: list[str], prompts: list[EncodedPrompt], instruction: str) -> list[EncodedPrompt]:
+        """The prompts the encoder makes with ``max_input_tokens``: those that fit as they are, longer ones
+        tokenized again with the limit (their text cut from the end, as ``encode`` cuts it). A prompt whose
+        instruction and template alone are too long cannot be cut to fit: it stays as it is (and gets 413)."""
+        limit = self.settings.max_input_tokens
+        long = [i for i, p in enumerate(prompts) if len(p.ids) > limit > len(p.ids) - (p.text_end - p.text_start)]
+        if not long:
+            return prompts
+        cut = list(prompts)
+        cut_ones = self.embedding_prompts([texts[i] for i in long], instruction, max_length=limit)
+        for i, prompt in zip(long, cut_ones, strict=True):
+            cut[i] = prompt
+        return cut
 
     def check_steps(self, steps: int | str | None, field: str = "steps") -> int | str:
         """The request's steps (a number, or ``"auto"``: adaptive, at most ``max_steps``), or the
