@@ -12,7 +12,7 @@ from genembed.generation.adapters import adapter_mode
 from genembed.training.data import collate_generative, tokenize_row
 from genembed.training.data.generative import GenerativeRow
 from genembed.training.lora import make_trainable
-from genembed.training.losses import BaseDistillLoss, ICRLoss
+from genembed.training.losses import BaseDistillLoss, GenerativeLoss, ICRLoss
 from genembed.training.objective import Objective
 
 
@@ -53,3 +53,27 @@ def test_base_kl_reads_the_base_weights_and_trains_only_the_adapter(tiny):
     loss.backward()
     trained = {n for n, p in model.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
     assert trained and all("lora_" in n for n in trained)
+
+
+def test_chat_rows_by_next_token_and_text_rows_by_the_base_kl(tiny):
+    """generative.loss next_token with text_loss base_kl: the conversation's tokens give their cross-entropy,
+    the plain text's the KL to the adapter-off logits, one mean over all of them (aggregation mixed)."""
+    rows = [
+        GenerativeRow((("user", "Say hello."), ("assistant", "Hello! How can I help you today?"))),
+        GenerativeRow((), text="Plain text is learned at every position after the first."),
+    ]
+    items = [tokenize_row(tiny.tokenizer, r, 64) for r in rows]
+    gen = collate_generative(items, tiny.tokenizer.pad_token_id, [False, True])
+    model = _active_lora(tiny)
+    objective = Objective(model, EmbedSettings(steps=2), ICRLoss(0.05), GenerativeLoss("next_token", "base_kl"))
+    loss = objective.generative_loss(gen)
+    with torch.no_grad():
+        adapted = model(input_ids=gen.input_ids, attention_mask=gen.attention_mask).logits[:, :-1]
+        with adapter_mode(model, False):
+            base = model(input_ids=gen.input_ids, attention_mask=gen.attention_mask).logits[:, :-1]
+    targets = gen.labels[:, 1:]
+    chat, text = targets[0] != -100, targets[1] != -100
+    ce = torch.nn.functional.cross_entropy(adapted[0][chat], targets[0][chat], reduction="none")
+    p, log_q = torch.softmax(base[1][text], -1), torch.log_softmax(adapted[1][text], -1)
+    kl = (p * (p.log() - log_q)).sum(-1)
+    assert loss.item() == pytest.approx(torch.cat([ce, kl]).mean().item(), rel=1e-4)

@@ -87,10 +87,12 @@ def test_contrastive_regression_covers_the_distilled_queries_and_their_documents
         objective.representation_terms(q, d, torch.tensor([0, 2]), None)
 
 
-def _config(run_config, out, tiny_folder, tiny_teacher, targets, assets, *, single=None, loss=None, train=None):
+def _config(
+    run_config, out, tiny_folder, tiny_teacher, targets, assets, *, single=None, loss=None, train=None, **sections
+):
     loss = {"distill_teacher": str(tiny_teacher), "distill_targets": str(targets), **(loss or {})}
     single = {"files": [str(assets / "qa_pairs.jsonl")], "batch_size": 8, **(single or {})}
-    sections = {"loss": loss, "single": single, "train": {"max_steps": 6, **(train or {})}}
+    sections |= {"loss": loss, "single": single, "train": {"max_steps": 6, **(train or {})}}
     return run_config(out, tiny_folder, **sections)
 
 
@@ -152,6 +154,40 @@ def test_grad_cache_and_resumption_reproduce_the_plain_run(
     assert "(step 4)" in caplog.text
     resumed = [(r["loss"], r["distill"], r["regress"]) for r in _records(tmp_path / "c0")]
     np.testing.assert_allclose(resumed, runs[0], rtol=1e-5)
+
+
+def test_a_generative_batch_rides_on_every_step_and_resumes_where_it_was(
+    tmp_path, tiny_folder, tiny_teacher, targets, assets, run_config, caplog
+):
+    """generative.every_step: single-text steps carry a generative batch too (their loss includes it), the
+    plain-text rows distilled from the base weights; grad cache and resumption give the plain run's losses."""
+    gen_file = tmp_path / "gen.jsonl"
+    gen_file.write_text(
+        (assets / "chat.jsonl").read_text() + '{"text": "Plain prose is read bare, every token distilled."}\n'
+    )
+    generative = {"files": [str(gen_file)], "batch_size": 2, "text_loss": "base_kl", "every_step": True}
+
+    def cfg_for(chunk):
+        return _config(run_config, tmp_path / f"g{chunk}", tiny_folder, tiny_teacher, targets, assets,
+                       loss={"distill_weight": 1.0}, single={"share": 0.5}, generative=generative,
+                       train={"grad_cache_chunk": chunk, "save_every": 2})  # fmt: skip
+
+    runs = {}
+    for chunk in (0, 3):
+        train(cfg_for(chunk))
+        runs[chunk] = [(r["loss"], r["gen"]) for r in _records(tmp_path / f"g{chunk}")]
+    records = _records(tmp_path / "g0")
+    assert {r["objective"] for r in records} == {"single", "contrastive"}
+    assert all(r["gen"] > 0 for r in records)  # single steps included
+    single = [r for r in records if r["objective"] == "single"]
+    assert all(r["loss"] == pytest.approx(r["distill"] + r["gen"], rel=1e-5) for r in single)
+    np.testing.assert_allclose(runs[3], runs[0], rtol=1e-3)
+    shutil.rmtree(tmp_path / "g0" / "checkpoints" / "step-0000006")
+    with caplog.at_level(logging.INFO, logger="genembed.training"):
+        train(cfg_for(0), resume=True)
+    assert "(step 4)" in caplog.text
+    resumed = [(r["loss"], r["gen"]) for r in _records(tmp_path / "g0")]
+    np.testing.assert_allclose(resumed, runs[0], rtol=1e-5)  # the generative stream continued where it was
 
 
 @pytest.mark.parametrize(

@@ -157,6 +157,9 @@ class GenerativeConfig:
     # next_token: cross-entropy of the labelled tokens (GRIT); base_kl: KL from the base weights' next-token
     # distributions (the adapter switched off) at the same positions, "generate as before" (losses/base_distill.py)
     loss: str = "next_token"
+    text_loss: str | None = None  # the loss of plain-text rows ({"text"}); None: as loss
+    # a generative batch with every contrastive step (GRIT); true: with every single-text step too
+    every_step: bool = False
     temperature: float = 1.0  # base_kl: softmax temperature of both distributions
     aggregation: str = "mixed"  # sample, token or mixed (see losses/generative.py)
     batch_size: int = 4  # sequences per micro-batch on each process
@@ -227,7 +230,8 @@ _CHOICES = {
     "embedding.prompt_format": (None, *PROMPT_FORMATS),
     "loss.name": (None, *contrastive_names()),
     "generative.aggregation": ("sample", "token", "mixed"),
-    "generative.loss": tuple(GENERATIVE_LOSSES),
+    "generative.loss": GENERATIVE_LOSSES,
+    "generative.text_loss": (None, *GENERATIVE_LOSSES),
     "train.schedule": ("cosine", "linear", "constant"),
     "train.precision": ("fp32", "bf16", "auto"),
     "single.instruction": SINGLE_INSTRUCTIONS,

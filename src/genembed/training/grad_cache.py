@@ -90,6 +90,40 @@ def grad_cache_step(
         return objective.representation_terms(q, d, labels, mask, **teacher)
 
     terms = _cached_backward(objective, q_parts + d_parts, loss, scale, autocast)
+    return _with_generative(objective, terms, generative, scale, autocast)
+
+
+def grad_cache_single(
+    objective: Objective,
+    texts: Batch,
+    teacher_texts: torch.Tensor,
+    generative: GenerativeBatch | None = None,
+    *,
+    chunk: int,
+    scale: float = 1.0,
+    autocast: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+) -> dict[str, torch.Tensor]:
+    """:func:`grad_cache_step` for a single-text batch (:meth:`Objective.single_terms`): the KL over a
+    few hundred texts' similarities needs every text's embedding at once, but only one chunk's activations.
+    The texts are chunked shortest first (:func:`length_sorted`): chunks of similar lengths pad less.
+    ``generative``: a generative batch riding along (``generative.every_step``), or None."""
+    texts, teacher_texts = length_sorted(texts, teacher_texts)
+    parts = split_batch(texts, chunk)
+    terms = _cached_backward(
+        objective, parts, lambda z: objective.single_terms(torch.cat(z), teacher_texts), scale, autocast
+    )
+    return _with_generative(objective, terms, generative, scale, autocast)
+
+
+def _with_generative(
+    objective: Objective,
+    terms: Any,
+    generative: GenerativeBatch | None,
+    scale: float,
+    autocast: Callable[[], contextlib.AbstractContextManager[Any]],
+) -> dict[str, torch.Tensor]:
+    """Backpropagate the generative loss of ``generative`` (if any) on its own, beside the representation
+    ``terms`` already backpropagated; the step's logged terms."""
     with autocast():
         gen = objective.generative_loss(generative)
     if gen is not None:
@@ -98,27 +132,6 @@ def grad_cache_step(
         gen = terms.total.new_zeros(())
     logged = {key: value.detach() for key, value in terms.logged().items()}
     return {"loss": (terms.total + objective.gen_weight * gen).detach(), **logged, "gen": gen.detach()}
-
-
-def grad_cache_single(
-    objective: Objective,
-    texts: Batch,
-    teacher_texts: torch.Tensor,
-    *,
-    chunk: int,
-    scale: float = 1.0,
-    autocast: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
-) -> dict[str, torch.Tensor]:
-    """:func:`grad_cache_step` for a single-text batch (:meth:`Objective.single_terms`): the KL over a
-    few hundred texts' similarities needs every text's embedding at once, but only one chunk's activations.
-    The texts are chunked shortest first (:func:`length_sorted`): chunks of similar lengths pad less."""
-    texts, teacher_texts = length_sorted(texts, teacher_texts)
-    parts = split_batch(texts, chunk)
-    terms = _cached_backward(
-        objective, parts, lambda z: objective.single_terms(torch.cat(z), teacher_texts), scale, autocast
-    )
-    logged = {key: value.detach() for key, value in terms.logged().items()}
-    return {"loss": terms.total.detach(), **logged, "gen": terms.total.new_zeros(())}
 
 
 def _cached_backward(

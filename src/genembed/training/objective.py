@@ -29,7 +29,7 @@ from ..generation.adapters import adapter_mode
 from .data.generative import GenerativeBatch
 from .distributed import gather_with_grad, rank_and_world
 from .forward import embed_batch, response_logits
-from .losses import BaseDistillLoss, NextTokenLoss
+from .losses import BaseDistillLoss, GenerativeLoss, NextTokenLoss
 from .losses.registry import ContrastiveLoss, ObjectiveTerm, TrainedTerm, term_names
 
 __all__ = ["Objective", "RepresentationTerms"]
@@ -64,8 +64,9 @@ class Objective(nn.Module):
         settings: how texts are embedded.
         rep_loss: the contrastive loss, e.g. :class:`~.losses.ICRLoss` (``(B, K, D)`` embeddings) or
             :class:`~.losses.InfoNCE` (the last step).
-        gen_loss: the generative loss on the labelled tokens (next-token, or the KL to the base weights'
-            distributions, :class:`~.losses.BaseDistillLoss`), or None.
+        gen_loss: the generative loss on the labelled tokens (:class:`~.losses.GenerativeLoss`: next-token, or
+            the KL to the base weights' distributions, by row kind; a :class:`~.losses.NextTokenLoss` or
+            :class:`~.losses.BaseDistillLoss` applies to every row), or None.
         gen_weight: factor on the generative loss.
         cross_device_negatives: with several processes, score against every process's documents.
         terms: the weighted terms by name (:func:`~.losses.build_losses`); each carries its ``weight``.
@@ -77,7 +78,7 @@ class Objective(nn.Module):
         model: Any,
         settings: EmbedSettings,
         rep_loss: ContrastiveLoss,
-        gen_loss: NextTokenLoss | BaseDistillLoss | None = None,
+        gen_loss: GenerativeLoss | NextTokenLoss | BaseDistillLoss | None = None,
         gen_weight: float = 1.0,
         cross_device_negatives: bool = True,
         terms: Mapping[str, ObjectiveTerm] | None = None,
@@ -91,6 +92,10 @@ class Objective(nn.Module):
         # backward pass (train.gradient_checkpointing; a training setting, not an encoding one)
         self.checkpoint_chunk = checkpoint_chunk
         self.rep_loss = rep_loss
+        if isinstance(gen_loss, NextTokenLoss):  # one loss for every row
+            gen_loss = GenerativeLoss("next_token", aggregation=gen_loss.aggregation)
+        elif isinstance(gen_loss, BaseDistillLoss):
+            gen_loss = GenerativeLoss("base_kl", aggregation=gen_loss.aggregation, temperature=gen_loss.temperature)
         self.gen_loss = gen_loss
         self.gen_weight = gen_weight
         self.cross_device_negatives = cross_device_negatives
@@ -115,7 +120,8 @@ class Objective(nn.Module):
             labels, mask: targets over the documents: the global batch's when cross-device negatives
                 are on and several processes run, else this process's.
             generative: this process's generative batch, if any.
-            texts: a single-text batch (this process's; its losses stay local).
+            texts: a single-text batch (this process's; its losses stay local), with ``generative`` when the
+                generative loss runs on every step.
             teacher: the teacher's inputs the terms take: ``teacher_scores`` ``(B, N)`` and ``distill_rows``
                 ``(B,)`` (distill), ``teacher_queries`` ``(B, T)``, ``teacher_documents`` ``(N, T)`` and
                 ``document_rows`` ``(N,)`` (regress); ``teacher_texts`` ``(B, T)`` with ``texts``.
@@ -128,8 +134,12 @@ class Objective(nn.Module):
             terms = self.single_terms(
                 embed_batch(self.model, texts, self.settings, self.checkpoint_chunk), teacher["teacher_texts"]
             )
-            zero = terms.total.new_zeros(())
-            return {"objective": terms.total, "loss": terms.total, **terms.logged(), "gen": zero}
+            gen = self.generative_loss(generative)  # generative.every_step: a generative batch rides along
+            if gen is None:
+                zero = terms.total.new_zeros(())
+                return {"objective": terms.total, "loss": terms.total, **terms.logged(), "gen": zero}
+            total = terms.total + self.gen_weight * gen
+            return {"objective": total, "loss": total, **terms.logged(), "gen": gen}
         q = embed_batch(self.model, queries, self.settings, self.checkpoint_chunk)  # (B, K, D)
         d = embed_batch(self.model, documents, self.settings, self.checkpoint_chunk)  # (N, K, D)
         _, world = rank_and_world()
@@ -206,15 +216,20 @@ class Objective(nn.Module):
     def generative_loss(self, generative: GenerativeBatch | None) -> torch.Tensor | None:
         """The generative loss of a generative batch, or None without a generative loss or batch.
 
-        For :class:`~.losses.BaseDistillLoss` the same positions are first read with every adapter switched
-        off (the base weights), without gradients: its targets."""
+        Where a row's loss is the KL to the base weights (``base_kl``), the same positions are first read with
+        every adapter switched off, without gradients: its targets."""
         if self.gen_loss is None or generative is None:
             return None
-        count = generative.input_ids.shape[0]
-        if isinstance(self.gen_loss, BaseDistillLoss):
+        base_logits = None
+        if self.gen_loss.needs_base(generative.text_rows):
             with torch.no_grad(), adapter_mode(self.model, False):
                 base_logits, _, _ = response_logits(self.model, generative)
-            logits, _, rows = response_logits(self.model, generative, self.checkpoint_chunk)
-            return self.gen_loss.loss_from_logits(logits, base_logits, rows, count)
         logits, targets, rows = response_logits(self.model, generative, self.checkpoint_chunk)
-        return self.gen_loss.loss_from_logits(logits, targets, rows, count)
+        return self.gen_loss.loss_from_logits(
+            logits,
+            targets,
+            rows,
+            generative.input_ids.shape[0],
+            base_logits=base_logits,
+            text_rows=generative.text_rows,
+        )

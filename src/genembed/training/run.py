@@ -95,8 +95,9 @@ def resume_run(run: Run, saved: dict[str, Any]) -> int:
     done = Counter(run.source(step) for step in range(1, start + 1))
     if run.contrastive is not None:
         run.contrastive.skip(done["contrastive"] * accum)
-    if run.generative is not None:  # drawn with each contrastive micro-batch
-        run.generative.skip(done["contrastive"] * accum)
+    if run.generative is not None:  # drawn with each contrastive micro-batch (and single one: every_step)
+        drawn = done["contrastive"] + (done["single"] if run.cfg.generative.every_step else 0)
+        run.generative.skip(drawn * accum)
     if run.single is not None:
         run.single.skip(done["single"] * accum)
     # checkpoints written before the loss registry kept the one trained term, the teacher map, apart

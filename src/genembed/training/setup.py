@@ -252,7 +252,9 @@ def build_objective(
     context = LossContext(model.config.hidden_size, None if targets is None else targets.dimension)
     rep, terms = build_losses(cfg.loss, settings.rules.loss, context)
     gen_cfg = cfg.generative
-    gen = build_generative_loss(gen_cfg.loss, gen_cfg.aggregation, gen_cfg.temperature) if has_generative else None
+    gen = None
+    if has_generative:
+        gen = build_generative_loss(gen_cfg.loss, gen_cfg.aggregation, gen_cfg.temperature, gen_cfg.text_loss)
     chunk = cfg.train.checkpoint_chunk if cfg.train.gradient_checkpointing else 0
     return Objective(
         model, settings, rep, gen, cfg.generative.weight, cfg.loss.cross_device_negatives, terms, checkpoint_chunk=chunk

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from .data.generative import GenerativeBatch
 from .forward import tokenize_texts
 from .grad_cache import grad_cache_single, grad_cache_step
 from .losses.registry import teacher_needs, term_names
@@ -29,7 +30,7 @@ def train_step(run: Run, step: int) -> dict[str, Any]:
     kind = run.source(step)
     for micro in range(tc.grad_accum):
         if kind == "single":
-            terms = _single_micro_step(run, micro == tc.grad_accum - 1)
+            terms = _single_micro_step(run, micro == tc.grad_accum - 1, _generative_batch(run, every_step=True))
             sources.update(run.single.last_rows)
             for key, value in terms.items():
                 if key != "objective":
@@ -40,18 +41,13 @@ def train_step(run: Run, step: int) -> dict[str, Any]:
         local = batch.shard(rank, world)
         targets = batch if gathered else local
         queries, documents = _tokenize(run.tokenizer, local, run.prompt_format, run.cfg.embedding)
-        gen_batch = None
-        if run.generative is not None:
-            rows = run.generative.next_rows()
-            per = len(rows) // world
-            gen_batch = run.generative.collate(rows[rank * per : (rank + 1) * per])
         mask = targets.mask_tensor()
         inputs = (
             queries.to(device),
             documents.to(device),
             targets.label_tensor().to(device),
             None if mask is None else mask.to(device),
-            None if gen_batch is None else _to(gen_batch, device),
+            _generative_batch(run),
         )
         # the teacher scores the queries and documents the labels index: the global batch's when gathered
         teacher, needs = {}, teacher_needs(run.cfg.loss)
@@ -88,10 +84,21 @@ def train_step(run: Run, step: int) -> dict[str, Any]:
     return record
 
 
-def _single_micro_step(run: Run, sync: bool) -> dict[str, torch.Tensor]:
+def _generative_batch(run: Run, every_step: bool = False) -> GenerativeBatch | None:
+    """This process's share of the next generative batch, on the device; None without generative data, or
+    on a single-text step (``every_step``) unless ``generative.every_step`` asks for one there too."""
+    if run.generative is None or (every_step and not run.cfg.generative.every_step):
+        return None
+    rows = run.generative.next_rows()
+    per = len(rows) // run.world
+    batch = run.generative.collate(rows[run.rank * per : (run.rank + 1) * per])
+    return None if batch is None else batch.to(run.accelerator.device)
+
+
+def _single_micro_step(run: Run, sync: bool, generative: GenerativeBatch | None) -> dict[str, torch.Tensor]:
     """Embed this process's share of a single-text batch (each text bare or under its row's instruction,
     ``single.instruction``) and backpropagate the teacher's losses against the cached vectors (a KL over the
-    local texts' similarities, the regression)."""
+    local texts' similarities, the regression), and the generative loss of ``generative`` if given."""
     tc, accelerator, device = run.cfg.train, run.accelerator, run.accelerator.device
     texts, instructions = run.single.next()
     per = len(texts) // run.world
@@ -103,11 +110,17 @@ def _single_micro_step(run: Run, sync: bool) -> dict[str, torch.Tensor]:
     vectors = run.targets.vectors(local).to(device)  # (B, T)
     if tc.grad_cache_chunk:
         return grad_cache_single(
-            run.objective, batch, vectors, chunk=tc.grad_cache_chunk, scale=1 / tc.grad_accum, autocast=run.autocast
+            run.objective,
+            batch,
+            vectors,
+            generative,
+            chunk=tc.grad_cache_chunk,
+            scale=1 / tc.grad_accum,
+            autocast=run.autocast,
         )
     with contextlib.nullcontext() if sync else accelerator.no_sync(run.objective):
         with run.autocast():
-            terms = run.objective(texts=batch, teacher_texts=vectors)
+            terms = run.objective(texts=batch, teacher_texts=vectors, generative=generative)
         accelerator.backward(terms["objective"] / tc.grad_accum)
     return terms
 
@@ -125,10 +138,6 @@ def _tokenize(tokenizer: Any, batch: Any, prompt_format: str, emb: Any) -> tuple
         max_length=emb.doc_max_length,
     )
     return q, d
-
-
-def _to(batch: Any, device: torch.device) -> Any:
-    return type(batch)(*(getattr(batch, f).to(device) for f in ("input_ids", "attention_mask", "labels")))
 
 
 _HEAD = ("loss", "rep", "reg", "gen")

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from genembed.training.losses import BaseDistillLoss, NextTokenLoss, build_generative_loss
+from genembed.training.losses import BaseDistillLoss, GenerativeLoss, NextTokenLoss, build_generative_loss
 
 
 def _kl_by_hand(model_row, base_row, t=1.0):
@@ -56,12 +56,36 @@ def test_no_labelled_position_keeps_the_graph():
 
 
 def test_builder_names_the_losses_and_rejects_others():
-    assert isinstance(build_generative_loss("next_token", "sample"), NextTokenLoss)
     built = build_generative_loss("base_kl", "token", 2.0)
-    assert isinstance(built, BaseDistillLoss) and (built.aggregation, built.temperature) == ("token", 2.0)
+    assert (built.chat, built.text, built.aggregation, built.distill.temperature) == (
+        "base_kl",
+        "base_kl",
+        "token",
+        2.0,
+    )
+    assert (build_generative_loss("next_token", text="base_kl").text) == "base_kl"
     with pytest.raises(ValueError, match="next_token, base_kl"):
         build_generative_loss("kl")
+    with pytest.raises(ValueError, match="next_token, base_kl"):
+        build_generative_loss("next_token", text="kl")
     with pytest.raises(ValueError, match="temperature must be > 0"):
         BaseDistillLoss(temperature=0)
     with pytest.raises(ValueError, match="aggregation must be one of"):
         BaseDistillLoss("per_token")
+
+
+def test_each_row_kind_takes_its_own_loss_then_one_aggregation():
+    """Conversations by next-token cross-entropy, plain-text rows by the KL, aggregated together."""
+    torch.manual_seed(3)
+    logits, base, targets = torch.randn(5, 11), torch.randn(5, 11), torch.tensor([1, 2, 3, 4, 5])
+    rows, text_rows = torch.tensor([0, 0, 1, 1, 1]), torch.tensor([False, True])
+    ce = [float(-torch.log_softmax(logits[i], -1)[targets[i]]) for i in range(2)]
+    kl = [_kl_by_hand(logits[i], base[i]) for i in range(2, 5)]
+    loss = GenerativeLoss("next_token", "base_kl", "sample")
+    assert not loss.needs_base(torch.tensor([False, False])) and loss.needs_base(text_rows)
+    got = loss.loss_from_logits(logits, targets, rows, 2, base_logits=base, text_rows=text_rows)
+    assert got.item() == pytest.approx((sum(ce) / 2 + sum(kl) / 3) / 2, rel=1e-5)
+    plain = GenerativeLoss("next_token").loss_from_logits(logits, targets, rows, 2, text_rows=text_rows)
+    assert plain.item() == pytest.approx(NextTokenLoss("mixed").loss_from_logits(logits, targets, rows, 2).item())
+    with pytest.raises(ValueError, match="base_logits"):
+        loss.loss_from_logits(logits, targets, rows, 2, text_rows=text_rows)

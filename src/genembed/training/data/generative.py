@@ -155,15 +155,24 @@ def tokenize_chat(tokenizer: Any, row: GenerativeRow, max_length: int) -> tuple[
 
 @dataclass
 class GenerativeBatch:
-    """Left-padded ``input_ids``, ``attention_mask`` and ``labels`` (``IGNORE`` off the responses), ``(B, T)``."""
+    """Left-padded ``input_ids``, ``attention_mask`` and ``labels`` (``IGNORE`` off the responses), ``(B, T)``;
+    ``text_rows`` ``(B,)`` marks the plain-text rows (None: every row is a conversation)."""
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     labels: torch.Tensor
+    text_rows: torch.Tensor | None = None
+
+    def to(self, device: torch.device | str) -> GenerativeBatch:
+        rows = None if self.text_rows is None else self.text_rows.to(device)
+        return GenerativeBatch(self.input_ids.to(device), self.attention_mask.to(device), self.labels.to(device), rows)
 
 
-def collate_generative(items: Sequence[tuple[list[int], list[int]]], pad_id: int) -> GenerativeBatch:
-    """Left-pad tokenized conversations (the same padding side as the embedding batches)."""
+def collate_generative(
+    items: Sequence[tuple[list[int], list[int]]], pad_id: int, text_rows: Sequence[bool] | None = None
+) -> GenerativeBatch:
+    """Left-pad tokenized conversations (the same padding side as the embedding batches); ``text_rows``:
+    which items are plain text."""
     width = max(len(ids) for ids, _ in items)
     input_ids = torch.full((len(items), width), pad_id, dtype=torch.long)
     attention_mask = torch.zeros((len(items), width), dtype=torch.long)
@@ -173,4 +182,5 @@ def collate_generative(items: Sequence[tuple[list[int], list[int]]], pad_id: int
         input_ids[row, pad:] = torch.tensor(ids)
         attention_mask[row, pad:] = 1
         labels[row, pad:] = torch.tensor(labs)
-    return GenerativeBatch(input_ids, attention_mask, labels)
+    rows = None if text_rows is None else torch.tensor(list(text_rows), dtype=torch.bool)
+    return GenerativeBatch(input_ids, attention_mask, labels, rows)

@@ -248,9 +248,11 @@ class GenerativeStream:
 
     def collate(self, rows: Sequence[GenerativeRow]) -> GenerativeBatch | None:
         """Tokenize and left-pad rows; None when no row keeps a labelled token within ``max_length``."""
-        items = [tokenize_row(self.tokenizer, row, self.max_length) for row in rows]
-        kept = [item for item in items if item is not None]
-        return collate_generative(kept, self.tokenizer.pad_token_id) if kept else None
+        items = [(tokenize_row(self.tokenizer, row, self.max_length), row.text is not None) for row in rows]
+        kept = [(item, text) for item, text in items if item is not None]
+        if not kept:
+            return None
+        return collate_generative([item for item, _ in kept], self.tokenizer.pad_token_id, [text for _, text in kept])
 
     def skip(self, n: int) -> None:
         self.sampler.skip(n)

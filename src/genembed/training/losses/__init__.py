@@ -6,7 +6,7 @@ from __future__ import annotations
 from .base_distill import BaseDistillLoss
 from .distill import SimilarityDistillation
 from .embedding_distill import EMBEDDING_LOSSES, EmbeddingDistillation
-from .generative import AGGREGATIONS, GENERATIVE_LOSSES, NextTokenLoss, build_generative_loss
+from .generative import AGGREGATIONS, GENERATIVE_LOSSES, GenerativeLoss, NextTokenLoss, build_generative_loss
 from .icr import ICRLoss
 from .info_nce import ContrastiveTerms, InfoNCE, default_labels
 from .registry import LOSSES, ContrastiveLoss, LossContext, ObjectiveTerm, TrainedTerm, build_losses
@@ -20,6 +20,7 @@ __all__ = [
     "ContrastiveLoss",
     "ContrastiveTerms",
     "EmbeddingDistillation",
+    "GenerativeLoss",
     "ICRLoss",
     "InfoNCE",
     "LossContext",

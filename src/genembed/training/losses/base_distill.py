@@ -58,8 +58,11 @@ class BaseDistillLoss(nn.Module):
         """
         if logits.shape[0] == 0:
             return logits.sum() * 0.0  # keeps the graph (and DDP) intact when no sample has a labelled token
+        return aggregate(self.token_losses(logits, base_logits), sample_index, num_samples, self.aggregation)
+
+    def token_losses(self, logits: torch.Tensor, base_logits: torch.Tensor) -> torch.Tensor:
+        """``(M,)`` the KL at each of ``M`` positions (``logits``, ``base_logits`` ``(M, V)``)."""
         t = self.temperature
         log_model = F.log_softmax(logits.float() / t, dim=-1)  # (M, V)
         log_base = F.log_softmax(base_logits.detach().float() / t, dim=-1)  # (M, V)
-        token_kl = (log_base.exp() * (log_base - log_model)).sum(-1) * t * t  # (M,)
-        return aggregate(token_kl, sample_index, num_samples, self.aggregation)
+        return (log_base.exp() * (log_base - log_model)).sum(-1) * t * t  # (M,)
