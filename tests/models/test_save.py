@@ -289,7 +289,8 @@ def test_cli_loads_a_cached_repo_id_from_a_fresh_process(cached_repo, tmp_path):
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[-2] == "3 Find the topic."
-    np.testing.assert_array_equal(np.load(out), cached_repo.encode_query(TEXTS))
+    # the same up to rounding: a fresh process computes the instruction prefix anew, this one reuses its cache
+    np.testing.assert_allclose(np.load(out), cached_repo.encode_query(TEXTS), rtol=0, atol=1e-5)
 
 
 @pytest.mark.slow
