@@ -1,8 +1,8 @@
 """Does joint (GRIT) training keep generation alive? Perplexity and fixed-prompt answers, before vs after.
 
-For each model (the raw backbone; the shipped embedding-only GIRCSE adapter run for generation, to show
-what training for embeddings alone does to it; and each ``--adapter`` given, e.g. the GRIT jointly
-trained ``runs/grit-smollm2``) it measures, with the adapter active in generation:
+For each model (the raw backbone; the shipped default adapter, run for generation; and each ``--adapter``
+given, e.g. an earlier stage ``runs/teacher-stage-11-bf16`` trained for embeddings alone, or the GRIT
+jointly trained ``runs/grit-smollm2``) it measures, with the adapter active in generation:
 
 - ``heldout_ppl``: perplexity of the response tokens of held-aside generative data (chat format; by
   default ``runs/selfgen-heldout.jsonl``, written by ``genembed make-gen-data --offset``, so its prompts
@@ -105,7 +105,8 @@ def main() -> None:
     texts = text_items(raw.backbone.tokenizer, args.texts, 128)
     rows = [measure("raw backbone", raw, heldout, texts, args.max_new_tokens)]
     del raw
-    candidates = [("shipped GIRCSE adapter (embedding-only)", DEFAULT_ADAPTER)]
+    shipped = "generates too" if trained_for_generation(DEFAULT_ADAPTER) else "embedding-only"
+    candidates = [(f"shipped default adapter ({shipped})", DEFAULT_ADAPTER)]
     candidates += [(f"adapter {a}", Path(a)) for a in args.adapter]
     for name, folder in candidates:
         model = genembed.load(adapter=folder, dtype="float32")
