@@ -5,7 +5,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed-stamp
 TORCH_VERSION := 2.13.0
 
-.PHONY: run test test-fast setup lint format clean default-adapter joint-adapter centers teacher teacher-targets teacher-stage ship-stage icr-adapter
+.PHONY: run test test-fast setup lint format clean default-adapter centers teacher teacher-targets teacher-stage ship-stage icr-adapter
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -56,7 +56,10 @@ icr-adapter: $(STAMP)
 # config as committed). Stage 7 (80 steps, 77 min) continues stage 5's bfloat16 copy, as the shipped stage 5 was,
 # with the reviews' topic rows among the single texts. Stages 8-11 (60 steps, about an hour each) continue it, each
 # from the float32 run folder of the one before: stage 8 stage 7's recipe, stage 9 with row pairs among the single
-# texts, stages 10 and 11 with the reviews' topic rows at about 30 %. `make ship-stage STAGE=11` then stores it in
+# texts, stages 10 and 11 with the reviews' topic rows at about 30 %. The joint stage (issue 54) continues stage
+# 11's bfloat16 copy, as the shipped stage 11 was, with a next-token loss on the raw backbone's own chat answers
+# (about 10 min to write on two threads) and a KL to the base weights on plain text, so the same weights
+# generate (configs/joint-stage-3.yaml, 54 steps). `make ship-stage RUN=runs/joint-stage-3` then stores it in
 # the package.
 default-adapter: teacher icr-adapter
 	$(VENV)/bin/genembed train configs/teacher-stage.yaml --resume train.output_dir=runs/teacher-stage-2 \
@@ -79,15 +82,12 @@ default-adapter: teacher icr-adapter
 		train.seed=10 lora.init_from=runs/teacher-stage-9
 	$(VENV)/bin/genembed train configs/teacher-stage-pairs-topics.yaml --resume train.output_dir=runs/teacher-stage-11 \
 		train.seed=11 lora.init_from=runs/teacher-stage-10
-
-# Reproduce the shipped "joint" adapter (src/genembed/adapters/smollm2-135m-gircse-joint): the base model's
-# answers to 600 training queries, then 60 steps from the ICR adapter of before the teacher stage (the first two
-# stages of default-adapter) with ICR plus a next-token loss (17 min beside other jobs, then 31 min of step time
-# on two threads here; every step resumes after an interruption).
-joint-adapter: icr-adapter
+	test -f runs/teacher-stage-11-bf16/adapter_model.safetensors || $(VENV)/bin/genembed export-checkpoint \
+		runs/teacher-stage-11 --out runs/teacher-stage-11-bf16 --dtype bfloat16
 	test -f runs/selfgen.jsonl || $(VENV)/bin/genembed make-gen-data ../shared/data/train/*.jsonl \
 		--out runs/selfgen.jsonl --limit 600 --max-new-tokens 80
-	$(VENV)/bin/genembed train configs/gircse-smollm2-joint.yaml --resume
+	test -f runs/plain-texts.jsonl || $(VENV)/bin/python experiments/make_plain_texts.py --out runs/plain-texts.jsonl
+	$(VENV)/bin/genembed train configs/joint-stage-3.yaml --resume lora.init_from=runs/teacher-stage-11-bf16
 
 # The centers shipped beside the adapters (centers.safetensors; their named instructions' centers, about
 # 90 s): rerun after changing an adapter, the calibration texts, a default setting or a named instruction.
@@ -117,16 +117,16 @@ teacher-stage: teacher
 	$(VENV)/bin/genembed train $(CONFIG) --resume \
 		train.output_dir=runs/teacher-stage-$(STAGE) train.seed=$(STAGE) lora.init_from=$(FROM)
 
-# Ship a finished stage as the default adapter: its last checkpoint stored in bfloat16 (half the size; stage 2's
-# float32 dev scores moved by at most 0.0033, docs/experiments.md) with its training config, then the centers.
-# Append the stage to default-adapter.
+# Ship a finished stage (the run folder RUN, runs/teacher-stage-$(STAGE) unless named) as the default adapter: its
+# last checkpoint stored in bfloat16 (half the size; stage 2's float32 dev scores moved by at most 0.0033,
+# docs/experiments.md) with its training config, then the centers. Append the stage to default-adapter.
 DEFAULT_ADAPTER := src/genembed/adapters/smollm2-135m-gircse
+RUN ?= runs/teacher-stage-$(STAGE)
 ship-stage: $(STAMP)
-	rm -rf runs/teacher-stage-$(STAGE)-bf16
-	$(VENV)/bin/genembed export-checkpoint runs/teacher-stage-$(STAGE) --out runs/teacher-stage-$(STAGE)-bf16 --dtype bfloat16
-	cp runs/teacher-stage-$(STAGE)-bf16/adapter_config.json runs/teacher-stage-$(STAGE)-bf16/adapter_model.safetensors \
-		$(DEFAULT_ADAPTER)/
-	cp runs/teacher-stage-$(STAGE)-bf16/genembed_train.yaml $(DEFAULT_ADAPTER)/training_config.yaml
+	rm -rf $(RUN)-bf16
+	$(VENV)/bin/genembed export-checkpoint $(RUN) --out $(RUN)-bf16 --dtype bfloat16
+	cp $(RUN)-bf16/adapter_config.json $(RUN)-bf16/adapter_model.safetensors $(DEFAULT_ADAPTER)/
+	cp $(RUN)-bf16/genembed_train.yaml $(DEFAULT_ADAPTER)/training_config.yaml
 	$(MAKE) centers
 
 clean:

@@ -70,13 +70,14 @@ def test_the_default_adapter_follows_the_instruction(default_model):
     assert float(emotion[0] @ intent[0]) < 0.99  # the same text, two different embeddings
 
 
-# The shipped "joint" adapter (configs/gircse-smollm2-joint.yaml): the ICR adapter trained on with a
-# next-token loss too, so the same weights embed, generate and rerank.
-def test_the_joint_adapter_embeds_and_generates_with_one_set_of_weights():
+# The shipped default (configs/joint-stage-3.yaml): trained with a next-token loss too, so the same weights
+# embed, generate and rerank; "joint" is an alias of it.
+def test_the_default_embeds_and_generates_with_one_set_of_weights():
     import genembed
 
-    joint = genembed.load(adapter="joint", dtype="float32")
+    joint = genembed.load(dtype="float32")
     assert joint.generation_adapter is True and joint.center is True
+    assert joint.adapter_path == genembed.load(adapter="joint", dtype="float32").adapter_path
     for anchor, paraphrase, unrelated in PAIRS:
         emb = joint.encode([anchor, paraphrase, unrelated], instruction="Retrieve semantically similar text.", steps=5)
         assert float(emb[0] @ emb[1] - emb[0] @ emb[2]) > 0.1, anchor

@@ -157,7 +157,7 @@ class GenerativeEmbedder:
     @property
     def generation_weights(self) -> str:
         """The weights :meth:`generate`, :meth:`rerank` and RAG answers run on, in words (see
-        :attr:`generation_adapter`), e.g. ``"SmolLM2-135M-Instruct + adapter joint"``."""
+        :attr:`generation_adapter`), e.g. ``"SmolLM2-135M-Instruct + adapter smollm2-135m-gircse"``."""
         from .generation.adapters import generation_weights_label
 
         return generation_weights_label(self)
@@ -458,8 +458,9 @@ class GenerativeEmbedder:
 
         Warns:
             BaseWeightsWarning: the reply comes from the raw backbone's weights while an adapter is loaded
-                (an embedding-only adapter, like the shipped ``gircse``): load ``adapter="joint"`` for
-                better replies. :attr:`generation_weights` names the weights that generate.
+                (an embedding-only adapter): the shipped default generates with its own adapter, or name a
+                generation adapter (``genembed.load(generation_adapter=FOLDER)``). :attr:`generation_weights`
+                names the weights that generate.
         """
         from .generation.adapters import BaseWeightsWarning, base_weights_note
         from .generation.chat import generate_pieces

@@ -76,7 +76,7 @@ def test_the_weights_that_generate_are_named_and_the_raw_backbone_noted(pair):
     assert base_weights_note(base) is None  # no adapter: the backbone is all there is
     note = base_weights_note(adapted)
     assert "raw backbone weights (adapter test-lora is trained for embeddings only)" in note
-    assert '--adapter joint (genembed.load(adapter="joint"))' in note
+    assert "use the default adapter (genembed.load())" in note and "--generator FOLDER" in note
     with pytest.warns(BaseWeightsWarning, match="adapter test-lora is trained for embeddings only"):
         adapted.generate(PROMPT, max_new_tokens=2)
     adapted.generation_adapter = True  # what a default that generates with its own adapter does

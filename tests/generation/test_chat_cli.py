@@ -90,7 +90,7 @@ def test_chat_names_the_weights_that_generate_and_notes_the_raw_backbone(saved, 
     assert adapted.exit_code == 0, adapted.output
     lines = adapted.stderr.splitlines()
     assert sum("note: replies come from the raw backbone weights" in line for line in lines) == 1  # said once
-    assert "--adapter joint" in adapted.stderr
+    assert "--generator FOLDER" in adapted.stderr
     joint = runner.invoke(app, [*prompt, "--adapter", str(tmp_path / "emb"), "--generator", "adapter"])
     assert joint.exit_code == 0, joint.output
     assert "+ adapter" in joint.stderr and "note:" not in joint.stderr

@@ -39,18 +39,20 @@ def test_read_trained_for_from_small_saved_configs(tmp_path):
         read_trained_for(tmp_path / "bad")
 
 
-def test_the_shipped_joint_adapter_was_trained_for_gircse_and_generation():
-    from genembed.models.adapters import SHIPPED_ADAPTERS, shipped_adapter
+def test_the_shipped_adapter_was_trained_for_gircse_and_generation_and_joint_is_its_alias(caplog):
+    import logging
 
-    assert shipped_adapter("joint") == SHIPPED_ADAPTERS["joint"]
-    trained = read_trained_for(SHIPPED_ADAPTERS["joint"])
-    assert (trained.method, trained.attention, trained.generation) == ("gircse", "causal", True)
+    from genembed.models.adapters import SHIPPED_ADAPTERS, resolve_adapter, shipped_adapter, shipped_folders
 
-
-def test_the_shipped_adapter_was_trained_for_gircse_only():
     trained = read_trained_for(DEFAULT_ADAPTER)
-    assert (trained.method, trained.attention, trained.generation) == ("gircse", "causal", False)
+    assert (trained.method, trained.attention, trained.generation) == ("gircse", "causal", True)
     assert trained.encode_problem("gircse", "causal") is None
+    assert shipped_adapter("joint") == shipped_adapter("gircse") == DEFAULT_ADAPTER
+    assert shipped_folders() == [DEFAULT_ADAPTER] and set(SHIPPED_ADAPTERS) == {"gircse", "joint"}
+    with caplog.at_level(logging.INFO, logger="genembed.models.adapters"):
+        assert resolve_adapter("gircse") == DEFAULT_ADAPTER and not caplog.records  # the default: no note
+        assert resolve_adapter("joint") == DEFAULT_ADAPTER
+    assert 'the "joint" adapter is now the default adapter' in caplog.text
     assert "trained for method='gircse' with causal attention only" in trained.encode_problem("grit", "bidirectional")
 
 

@@ -88,8 +88,8 @@ def test_a_jointly_trained_adapter_also_generates_an_embedding_only_one_does_not
     assert joint.generation_adapter is True and trained_for_generation(tmp_path / "joint")
     assert genembed.load(tiny_folder, adapter=tmp_path / "embed").generation_adapter is False
     assert genembed.load(tiny_folder).generation_adapter is False
-    # the shipped GIRCSE adapter was trained for embeddings only: chat keeps the base weights
-    assert not trained_for_generation(DEFAULT_ADAPTER)
+    # the shipped default was trained with a next-token loss too: it chats with its own adapter
+    assert trained_for_generation(DEFAULT_ADAPTER)
     # a weight of 0 turns the next-token loss off
     saved = tmp_path / "joint" / "genembed_train.yaml"
     config = yaml.safe_load(saved.read_text())

@@ -32,7 +32,10 @@ ModelOpt = Annotated[
         "published ones; default: bundled SmolLM2)",
     ),
 ]
-_ADAPTER_HELP = "LoRA adapter folder, shipped adapter name (gircse, joint) or hub id; 'none': the raw backbone"
+_ADAPTER_HELP = (
+    "LoRA adapter folder, shipped adapter name (gircse, the default; joint, its alias) or hub id; "
+    "'none': the raw backbone"
+)
 
 
 def adapter_option(default: str = "gircse") -> Any:

@@ -89,7 +89,8 @@ def base_weights_note(model: Any) -> str | None:
         )
     return (
         f"note: replies come from the raw backbone weights (adapter {adapter} is trained for embeddings only); "
-        'for better replies use --adapter joint (genembed.load(adapter="joint"))'
+        "for one model that embeds and replies use the default adapter (genembed.load()), or name a generation "
+        "adapter: --generator FOLDER (genembed.load(generation_adapter=FOLDER))"
     )
 
 

@@ -4,6 +4,7 @@ folder (local, shipped or from the hub), checked and attached with peft, and wha
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -24,16 +25,24 @@ __all__ = [
     "resolve_adapter",
     "resolve_generator",
     "shipped_adapter",
+    "shipped_folders",
     "trained_for_generation",
 ]
 
+logger = logging.getLogger(__name__)
+
 _ADAPTERS = Path(__file__).parent.parent / "adapters"
-# the GIRCSE LoRA adapter trained for the bundled backbone (configs/gircse-smollm2.yaml, MODEL_CARD.md)
+# the LoRA adapter trained for the bundled backbone (`make default-adapter`, MODEL_CARD.md): it embeds
+# (GIRCSE), and, trained with a next-token loss too (configs/joint-stage-3.yaml), generates, reranks and
+# hands its KV states to the generator
 DEFAULT_ADAPTER = _ADAPTERS / "smollm2-135m-gircse"
-# adapters shipped for the bundled backbone, by the name `load(adapter=NAME)` and `--adapter NAME` take:
-# "gircse" embeds only; "joint" was trained on with a next-token loss too (configs/gircse-smollm2-joint.yaml),
-# so it also generates, reranks and hands its KV states to the generator
-SHIPPED_ADAPTERS = {"gircse": DEFAULT_ADAPTER, "joint": _ADAPTERS / "smollm2-135m-gircse-joint"}
+# adapters shipped for the bundled backbone, by the name `load(adapter=NAME)` and `--adapter NAME` take;
+# "joint" is an alias of the default since the default generates too (_NOTES says so when it is used)
+SHIPPED_ADAPTERS = {"gircse": DEFAULT_ADAPTER, "joint": DEFAULT_ADAPTER}
+_NOTES = {
+    "joint": 'the "joint" adapter is now the default adapter ("gircse"), which embeds and generates with one '
+    'set of weights; load it with adapter=None or adapter="gircse"',
+}
 
 
 def default_adapter() -> Path | None:
@@ -53,6 +62,11 @@ def is_shipped(folder: Path) -> bool:
     return folder.resolve() in {shipped.resolve() for shipped in SHIPPED_ADAPTERS.values()}
 
 
+def shipped_folders() -> list[Path]:
+    """Each folder :data:`SHIPPED_ADAPTERS` names, once (an alias names a folder another name names)."""
+    return list(dict.fromkeys(SHIPPED_ADAPTERS.values()))
+
+
 def resolve_adapter(adapter: str | os.PathLike, local_files_only: bool = False) -> Path:
     """An adapter argument as a folder: a local folder wins over a shipped adapter of the same name, which
     wins over a hub id (its snapshot in the HF cache, downloaded when missing and allowed)."""
@@ -60,6 +74,8 @@ def resolve_adapter(adapter: str | os.PathLike, local_files_only: bool = False) 
     if path.exists() or not isinstance(adapter, str):
         return path
     if adapter in SHIPPED_ADAPTERS:
+        if adapter in _NOTES:
+            logger.info(_NOTES[adapter])
         folder = shipped_adapter(adapter)
         if folder is None:
             raise MissingModelError(f"this install does not ship the {adapter!r} adapter ({SHIPPED_ADAPTERS[adapter]})")
