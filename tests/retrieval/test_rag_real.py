@@ -70,14 +70,16 @@ EIFFEL = [
 
 
 def test_the_default_model_answers_from_the_passage_in_every_doc_first_mode(default_model, tmp_path):
-    """The issue's example with default settings: the shipped GIRCSE adapter embeds, the base weights
-    generate from KV states stored by a second pass. querydoc (the query first, GRIT's layout) is left
-    out: with the question before the passages the 135M model rarely copies the answer (docs/rag.md)."""
+    """The issue's example with default settings: the shipped adapter embeds, and generates from KV states
+    its own second (causal) pass stored, which the index records by the adapter's hash. querydoc (the
+    query first, GRIT's layout) is left out: with the question before the passages the 135M model rarely
+    copies the answer (docs/rag.md)."""
     (tmp_path / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in EIFFEL))
     index = build_index(
         default_model, [tmp_path / "docs.jsonl"], tmp_path / "idx", store_kv=True, show_progress_bar=False
     )
-    assert index.kv_source["adapter"] == "none" and index.kv_source["pass"] == "generation"
+    assert index.kv_source["adapter"].startswith("smollm2-135m-gircse@sha256:")
+    assert index.kv_source["pass"] == "generation"
     for mode in ("none", "query", "doc", "docquery"):
         answer = ask(
             default_model, index, "In which year was the Eiffel Tower completed?", cache=mode, max_new_tokens=40
