@@ -87,7 +87,7 @@ default-adapter: teacher icr-adapter
 	test -f runs/selfgen.jsonl || $(VENV)/bin/genembed make-gen-data ../shared/data/train/*.jsonl \
 		--out runs/selfgen.jsonl --limit 600 --max-new-tokens 80
 	test -f runs/plain-texts.jsonl || $(VENV)/bin/python experiments/make_plain_texts.py --out runs/plain-texts.jsonl
-	$(VENV)/bin/genembed train configs/joint-stage-3.yaml --resume lora.init_from=runs/teacher-stage-11-bf16
+	$(VENV)/bin/genembed train configs/joint-stage-3.yaml --resume
 
 # The centers shipped beside the adapters (centers.safetensors; their named instructions' centers, about
 # 90 s): rerun after changing an adapter, the calibration texts, a default setting or a named instruction.
