@@ -170,7 +170,16 @@ def test_classification_needs_two_labels(tmp_path, make_task):
 
 def test_dev_tasks_load(shared_data):
     tasks = {t.name: t for t in (load_task(p) for p in find_task_dirs([shared_data / "dev"]))}
-    assert len(tasks) == 8
+    assert len(tasks) == 12
+    retrieval = {name for name, t in tasks.items() if t.type == "retrieval"}
+    assert retrieval == {"arguana-dev", "cfmed-dev", "checkthat-dev", "cosqa-dev", "scifact-dev"}
+    sizes = {name: (len(tasks[name].data.query_ids), len(tasks[name].data.doc_ids)) for name in retrieval}
+    assert sizes["arguana-dev"] == (200, 2188)
+    assert sizes["checkthat-dev"] == (197, 3000)
+    assert sizes["cosqa-dev"] == (200, 3000)
+    assert sizes["cfmed-dev"] == (100, 1239)
+    assert sum(len(j) for j in tasks["cfmed-dev"].data.qrels.values()) == 4819
+    assert max(g for j in tasks["cfmed-dev"].data.qrels.values() for g in j.values()) == 8
     scifact = tasks["scifact-dev"].data
     assert (len(scifact.query_ids), len(scifact.doc_ids)) == (100, 1611)
     assert sum(len(j) for j in scifact.qrels.values()) == 117
