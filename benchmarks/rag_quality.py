@@ -7,7 +7,11 @@ Data:
   non-answer sentences);
 - ``extractive``: ``benchmarks/data/extractive_qa.jsonl``, 24 short passages hand-written for this
   benchmark (mostly invented places, people and things, so the answer must come from the passage),
-  each with a question whose answer is a span of it; the corpus is the 24 passages.
+  each with a question whose answer is a span of it; the corpus is the 24 passages;
+- ``squad``: ``benchmarks/data/squad_dev_{questions,passages}.jsonl``, 240 answerable questions of SQuAD 2.0
+  dev (five articles, used nowhere in training; ``scripts/make_squad_rag_set.py`` says how they were
+  drawn); the corpus is all 173 paragraphs of those articles, so retrieval has to pick the right
+  paragraph of the right article.
 
 Each corpus is indexed with ``--store-kv`` (float16, the CLI default) by the loaded model with its
 default embedding settings (``genembed.load()``: the shipped GIRCSE adapter, K=5, centering; the KV
@@ -39,6 +43,14 @@ Summaries (means, and each caching variant's paired difference from plain RAG in
 a 95% bootstrap interval over questions) are recomputed from a file's per-question rows with
 ``--summarize FILE...``.
 
+Against the base weights in the same run: ``--compare-base`` adds ``base_no_rag`` and ``base_doc_first``,
+the same questions and passages answered by the raw backbone's weights (``--generator base``), and the
+summary's ``vs_base`` holds the paired difference (95% bootstrap interval) of ``no_rag`` and
+``none_doc_first`` from them:
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rag_quality.py --threads 1 --sets squad --compare-base \
+        --variants no_rag none_doc_first
+
 Other models: ``--adapter none`` (the raw backbone), ``--adapter runs/grit-smollm2 --method grit``.
 
 Selective recomputation (CacheBlend; :mod:`genembed.retrieval.kv_blend`): ``--recompute 0.2`` adds a
@@ -53,6 +65,7 @@ variant ``<mode>@0.2`` of every caching mode, recomputing that share of the isol
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import random
@@ -69,6 +82,8 @@ from _run_info import REPO, git_commit
 
 WIKIQA = REPO.parent / "shared" / "data" / "train" / "wikiqa.jsonl"
 EXTRACTIVE = REPO / "benchmarks" / "data" / "extractive_qa.jsonl"
+SQUAD = REPO / "benchmarks" / "data" / "squad_dev_{}.jsonl"
+SETS = ("wikiqa", "extractive", "squad")
 VARIANTS = {  # name -> (cache mode, order); no_rag has no retrieval
     "no_rag": (None, None),
     "none_doc_first": ("none", "doc_first"),
@@ -78,6 +93,10 @@ VARIANTS = {  # name -> (cache mode, order); no_rag has no retrieval
     "docquery": ("docquery", None),
     "querydoc": ("querydoc", None),
 }
+# --compare-base: the plain rows again, answered by the base weights; name -> the variant it mirrors
+BASE_VARIANTS = {"base_no_rag": "no_rag", "base_doc_first": "none_doc_first"}
+# the paired differences a summary reports (statistic, scale): from plain RAG (gap) and from the base weights
+PAIRED_STATS = {"gap": (("f1", 100), ("gold_nll", 1)), "vs_base": (("f1", 100), ("contains", 100), ("gold_nll", 1))}
 
 
 def _normalize(text: str) -> list[str]:
@@ -109,6 +128,24 @@ def load_wikiqa(n_questions: int, seed: int) -> tuple[list[dict], list[dict]]:
                     gold_ids.append(doc_id)
         questions.append({"question": row["query"], "gold": row["pos"], "gold_ids": gold_ids})
     return questions, docs
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
+
+
+def load_squad() -> tuple[list[dict], list[dict]]:
+    docs = _jsonl(Path(str(SQUAD).format("passages")))
+    rows = _jsonl(Path(str(SQUAD).format("questions")))
+    questions = [{"question": r["question"], "gold": r["answers"], "gold_ids": [r["doc"]]} for r in rows]
+    return questions, docs
+
+
+def load_set(name: str, args) -> tuple[list[dict], list[dict]]:
+    """``(questions, docs)`` of one of :data:`SETS`."""
+    if name == "wikiqa":
+        return load_wikiqa(args.questions, args.seed)
+    return load_extractive() if name == "extractive" else load_squad()
 
 
 def load_extractive() -> tuple[list[dict], list[dict]]:
@@ -179,6 +216,8 @@ def run_set(model, name: str, questions: list[dict], index, settings: tuple[str,
     rows_by_doc = {c.doc_id: c.row for c in index.chunks}
     place = random.Random(args.seed)
     table = variants(args.recompute, args.variants)
+    if args.compare_base:
+        table |= {name: (*VARIANTS[mirror], 0.0) for name, mirror in BASE_VARIANTS.items()}
     per_question = []
     for n, item in enumerate(questions):
         query, sources = retrieve(model, index, item["question"], top_k=args.top_k + 1, keep_query_kv=True)
@@ -198,14 +237,16 @@ def run_set(model, name: str, questions: list[dict], index, settings: tuple[str,
                 if mode is None and setting != settings[0]:
                     row[f"{setting}/{variant}"] = row[f"{settings[0]}/{variant}"]  # no passages either way
                     continue
-                if mode is None:
-                    context = Context(None, chat_prompt_ids(tok, item["question"]), 0, [])
-                else:
-                    context = build_context(
-                        model, index, query, passages[setting], mode=mode, order=order, recompute=share
-                    )
-                nll = gold_nll(model, context, gold_ids)
-                answer = "".join(generate_from_context(model, context, max_new_tokens=args.max_new_tokens)).strip()
+                with generating(model, base=variant in BASE_VARIANTS):
+                    if mode is None:
+                        context = Context(None, chat_prompt_ids(tok, item["question"]), 0, [])
+                    else:
+                        context = build_context(
+                            model, index, query, passages[setting], mode=mode, order=order, recompute=share
+                        )
+                    nll = gold_nll(model, context, gold_ids)
+                    pieces = generate_from_context(model, context, max_new_tokens=args.max_new_tokens)
+                    answer = "".join(pieces).strip()
                 row[f"{setting}/{variant}"] = {
                     "answer": answer,
                     "f1": max(token_f1(answer, g) for g in item["gold"]),
@@ -222,10 +263,26 @@ def run_set(model, name: str, questions: list[dict], index, settings: tuple[str,
     }
 
 
+@contextlib.contextmanager
+def generating(model, *, base: bool):
+    """Within the block, ``model`` generates with the base weights when ``base`` (``--generator base``)."""
+    if not base:
+        yield
+        return
+    saved = model.generation_adapter
+    model.generation_adapter = False
+    try:
+        yield
+    finally:
+        model.generation_adapter = saved
+
+
 def plain_reference(variant: str) -> str | None:
     """The plain-RAG variant in the same order as ``variant`` (None for ``no_rag`` and plain RAG itself)."""
     from genembed.retrieval.context import mode_layout
 
+    if variant in BASE_VARIANTS:
+        return None
     mode, order = VARIANTS[variant.split("@")[0]]
     if mode in (None, "none"):
         return None
@@ -257,14 +314,12 @@ def summarize(per_question: list[dict], settings: tuple[str, ...], names: list[s
                 key: (scale * statistics.fmean(float(c[key]) for c in cells) if cells else None)
                 for key, scale in (("f1", 100), ("contains", 100), ("gold_nll", 1))
             }
-            reference = plain_reference(variant)
-            if cells and reference in names:
-                refs = [r[f"{setting}/{reference}"] for r in rows]
-                entry["gap"] = {
-                    "reference": reference,
-                    "f1": paired_gap(cells, refs, "f1", 100),
-                    "gold_nll": paired_gap(cells, refs, "gold_nll", 1),
-                }
+            base = next((b for b, mirror in BASE_VARIANTS.items() if mirror == variant), None)
+            for key, reference in (("gap", plain_reference(variant)), ("vs_base", base)):
+                if cells and reference in names:
+                    refs = [r[f"{setting}/{reference}"] for r in rows]
+                    entry[key] = {"reference": reference}
+                    entry[key] |= {stat: paired_gap(cells, refs, stat, scale) for stat, scale in PAIRED_STATS[key]}
             summary[subset][variant] = entry
     return summary
 
@@ -294,7 +349,10 @@ def main() -> None:
         "--generator", default=None, help="generation adapter folder, 'base' or 'adapter' (default: genembed.load's)"
     )
     parser.add_argument("--method", default="gircse", help="index embedding method: gircse, mean, last or grit")
-    parser.add_argument("--sets", nargs="+", default=["wikiqa", "extractive"], choices=["wikiqa", "extractive"])
+    parser.add_argument("--sets", nargs="+", default=["wikiqa", "extractive"], choices=SETS)
+    parser.add_argument(
+        "--compare-base", action="store_true", help="also answer no-RAG and plain RAG with the base weights"
+    )
     parser.add_argument("--questions", type=int, default=30, help="WikiQA questions")
     parser.add_argument("--top-k", type=int, default=2, help="passages per prompt")
     parser.add_argument("--max-new-tokens", type=int, default=32)
@@ -336,7 +394,7 @@ def main() -> None:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.sets:
-            questions, docs = load_wikiqa(args.questions, args.seed) if name == "wikiqa" else load_extractive()
+            questions, docs = load_set(name, args)
             folder = Path(tmp) / name
             folder.mkdir()
             build_stats = {}
@@ -368,6 +426,8 @@ def main() -> None:
     suffix = ("default" if args.adapter is None else Path(args.adapter).name) + ("_build" if args.build_only else "")
     suffix += "".join(f"_recompute{share:g}" for share in args.recompute)
     suffix += f"_gen-{model.generation_adapter_name}" if model.generation_adapter_name else ""
+    suffix += "_" + "-".join(args.sets) if args.sets != ["wikiqa", "extractive"] else ""
+    suffix += "_vs-base" if args.compare_base else ""
     path = args.out / f"rag_quality_{args.method}_{suffix}.json"
     path.write_text(json.dumps(report, indent=2, ensure_ascii=False))
     for name, result in report["sets"].items():

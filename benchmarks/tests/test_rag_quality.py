@@ -63,3 +63,32 @@ def test_resummarize_rewrites_summaries_from_the_per_question_rows(rag_quality, 
     old.write_text(json.dumps({"summary": {}, "per_question": rows}))
     with pytest.raises(SystemExit, match="old.json: no 'sets'"):
         rag_quality.resummarize(old)
+
+
+def test_base_variants_give_a_paired_gap_of_the_default_from_the_base_weights(rag_quality):
+    f1 = {
+        "no_rag": [0.0, 0.0, 0.0, 0.0],
+        "none_doc_first": [1.0, 0.0, 1.0, 1.0],
+        "base_no_rag": [0.0, 0.5, 0.0, 0.0],
+        "base_doc_first": [1.0, 1.0, 1.0, 1.0],
+        "doc": [1.0, 0.0, 1.0, 1.0],
+    }
+    summary = rag_quality.summarize(_rows(f1, {v: [0.0] * 4 for v in f1}), ("retrieved",), list(f1))["retrieved"]
+    plain = summary["none_doc_first"]["vs_base"]
+    assert plain["reference"] == "base_doc_first"
+    assert plain["f1"]["mean"] == pytest.approx(-25.0)  # one question of four 100 F1 lower than the base weights
+    assert summary["no_rag"]["vs_base"]["f1"]["mean"] == pytest.approx(-12.5)
+    # the base rows are references, never compared to plain RAG or to themselves
+    assert "gap" not in summary["base_doc_first"] and "vs_base" not in summary["base_doc_first"]
+    assert summary["doc"]["gap"]["reference"] == "none_doc_first" and "vs_base" not in summary["doc"]
+
+
+def test_squad_set_questions_are_answerable_from_their_own_passage(rag_quality):
+    questions, docs = rag_quality.load_squad()
+    assert len(questions) >= 200 and len(docs) == 173
+    assert len({d["id"] for d in docs}) == len(docs)
+    text = {d["id"]: d["text"] for d in docs}
+    for q in questions:
+        assert q["gold_ids"][0] in text
+        assert any(answer in text[q["gold_ids"][0]] for answer in q["gold"]), q["question"]
+    assert len({q["question"] for q in questions}) == len(questions)
