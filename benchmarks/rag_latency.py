@@ -159,8 +159,8 @@ def main() -> None:
 
     import genembed
     from genembed.encoders.settings import EmbedSettings
+    from genembed.generation.rag_prompt import RagPrompt
     from genembed.retrieval.index_build import build_index
-    from genembed.retrieval.rag_prompt import RagPrompt
 
     torch.set_num_threads(args.threads)
     model = genembed.load(adapter=False if args.adapter == "none" else args.adapter, dtype="float32")

@@ -343,7 +343,7 @@ def main() -> None:
 
     import genembed
     from genembed.generation.adapters import adapter_mode
-    from genembed.retrieval.rag_prompt import RagPrompt
+    from genembed.generation.rag_prompt import RagPrompt
 
     started = time.perf_counter()
     model = genembed.load(adapter=False, dtype="float32", device="cpu")

@@ -15,8 +15,8 @@ def probe():
 
 
 def test_probe_cached_layout_is_assembles_and_isolates_only_later_segments(probe, tiny_model):
+    from genembed.generation.rag_prompt import RagPrompt
     from genembed.retrieval.kv_ops import cache_layers
-    from genembed.retrieval.rag_prompt import RagPrompt
 
     item = {"question": "Which river?", "passages": ["The Rhine flows north.", "Bananas are yellow fruit."]}
     assert probe.check_against_assemble(tiny_model, RagPrompt(), item) < 1e-4

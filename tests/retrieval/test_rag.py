@@ -11,6 +11,7 @@ from genembed.backbone.attention import run_decoder
 from genembed.encoders.settings import EmbedSettings
 from genembed.generation.adapters import GENERATION_ADAPTER, adapter_mode, attach_generation_adapter
 from genembed.generation.decoding import decode_stream
+from genembed.generation.rag_prompt import RagPrompt
 from genembed.model import GenerativeEmbedder
 from genembed.models.trained_for import TrainedFor
 from genembed.retrieval import index_build, rag
@@ -21,7 +22,6 @@ from genembed.retrieval.kv_ops import cache_layers, encode_segment
 from genembed.retrieval.kv_segment import segment_states
 from genembed.retrieval.kv_source import KVSourceError
 from genembed.retrieval.rag import ask, build_context, retrieve
-from genembed.retrieval.rag_prompt import RagPrompt
 
 QUESTION = "What is the capital of France?"
 CACHED_MODES = ("query", "doc", "querydoc", "docquery")
@@ -358,6 +358,12 @@ def test_the_prompt_layout(tiny_model, docs_file, tmp_path):
     query_first = build_context(tiny_model, index, query, sources, mode="none", order="query_first")
     assert decode(query_first.fresh_ids) == system + question + f"\n\n{texts[0]}\n\n{texts[1]}\n\n" + tail
     assert [name for name, *_ in doc_first.layout] == ["head", sources[0].id, sources[1].id, "query", "tail"]
+    # the one-pass prompt that generative training rows with passages are tokenized with is ask's, token for token
+    tok = tiny_model.backbone.tokenizer
+    assert RagPrompt().prompt_ids(tok, texts, QUESTION) == doc_first.fresh_ids
+    assert RagPrompt().prompt_ids(tok, texts, QUESTION, "query_first") == query_first.fresh_ids
+    with pytest.raises(ValueError, match="order must be 'doc_first' or 'query_first', got 'last'"):
+        RagPrompt().prompt_ids(tok, texts, QUESTION, "last")
 
 
 def test_mode_errors(tiny_model, docs_file, tmp_path):

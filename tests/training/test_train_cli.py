@@ -54,3 +54,23 @@ def test_make_gen_data_writes_generative_jsonl(tmp_path, tiny_folder, assets):
     assert result.exit_code == 0, result.output
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(rows) == 3 and all(set(r) == {"prompt", "response"} for r in rows)
+
+
+def test_make_gen_data_rag_writes_questions_with_passages(tmp_path, tiny_folder, assets):
+    out = tmp_path / "rag.jsonl"
+    args = ["make-gen-data", str(assets / "qa_pairs.jsonl"), "--rag", "--top", "2", "--out", str(out)]
+    result = runner.invoke(
+        app, [*args, "--model", str(tiny_folder), "--limit", "2", "--max-new-tokens", "3", "-t", "1"]
+    )
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(rows) == 2 and all(
+        set(r) == {"passages", "question", "response"} and len(r["passages"]) == 2 for r in rows
+    )
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"query": "q"}\n')
+    result = runner.invoke(app, ["make-gen-data", str(bad), "--rag", "--out", str(out), "--model", str(tiny_folder)])
+    assert (
+        result.exit_code == 2
+        and f"{bad}:1: field 'pos' must be a non-empty list of strings" in result.output.replace("\n", "")
+    )

@@ -1,7 +1,7 @@
 """How a RAG prompt is laid out, and which of its parts come from cached KV states.
 
 The prompt is a *head*, a row of *segments* and a short chat *tail* (their text:
-:mod:`genembed.retrieval.rag_prompt`):
+:mod:`genembed.generation.rag_prompt`):
 
     doc_first:    [head] [passage 1] ... [passage k] [query] [tail]
     query_first:  [head] [query] [passage 1] ... [passage k] [tail]

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..encoders.settings import EmbedSettings
 from ..generation.adapters import same_weights
+from ..generation.rag_prompt import RagPrompt
 from ..models.trained_for import warn_if_untrained
 from .chunking import Chunk, chunk_documents, read_sources
 from .grit_cache import check_grit_kv_source, grit_kv_source, uses_grit_cache
@@ -27,7 +28,6 @@ from .kv_ops import KV
 from .kv_segment import reusable_prefix, segment_states
 from .kv_source import check_kv_source, kv_source
 from .kv_store import KVGeometry, dtype_name, resolve_kv_dtype
-from .rag_prompt import RagPrompt
 from .store import ChunkRecord, StoreLocation, VectorStore, fingerprint
 from .stores import create_index, index_settings, open_index, parse_location
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from .._files import sha256_file
 from ..generation.adapters import generating_adapter
-from .rag_prompt import RagPrompt
+from ..generation.rag_prompt import RagPrompt
 
 __all__ = ["KVSourceError", "check_kv_source", "generation_weights", "kv_source"]
 

@@ -21,6 +21,7 @@ from ..generation.adapters import adapter_mode, each_step_in, same_weights
 from ..generation.chat import eos_token_ids
 from ..generation.decoding import decode_stream
 from ..generation.detokenize import stream_pieces
+from ..generation.rag_prompt import RagPrompt
 from ..generation.sampling import SamplingKwargs, SamplingOptions
 from .context import Context, Segment, assemble, fresh_input, mode_layout
 from .grit_cache import grit_context, uses_grit_cache
@@ -28,7 +29,6 @@ from .kv_embed import encode_with_kv
 from .kv_ops import KV
 from .kv_segment import reusable_prefix, segment_states
 from .kv_source import check_kv_source
-from .rag_prompt import RagPrompt
 from .search import rerank_hits, retrieve_hits
 from .store import VectorStore
 
@@ -156,7 +156,7 @@ def build_context(
 
     Args:
         prompt: the prompt's text (default: the one the index's KV states were made for, else
-            :class:`~genembed.retrieval.rag_prompt.RagPrompt`'s defaults).
+            :class:`~genembed.generation.rag_prompt.RagPrompt`'s defaults).
         recompute: share of the isolated cached tokens (cached segments after the first) recomputed
             with the passages before them in view (:mod:`~genembed.retrieval.kv_blend`); 0: none.
 

@@ -23,8 +23,8 @@ import numpy as np
 
 from ..encoders.methods import method_rules
 from ..encoders.settings import EmbedSettings
+from ..generation.rag_prompt import RagPrompt
 from .kv_ops import KV
-from .rag_prompt import RagPrompt
 
 __all__ = ["DEFAULT_COLLECTION", "ChunkRecord", "ManifestQueries", "StoreLocation", "VectorStore", "fingerprint"]
 

@@ -131,7 +131,7 @@ def test_plain_text_rows_are_read_bare_with_every_token_labelled(tmp_path, tiny)
         ('{"text": "a", "label": 1}', "unknown field 'label' next to 'text'"),
         ('{"text": "   "}', "field 'text' is empty"),
         ('{"text": 3}', "field 'text'"),
-        ('{"body": "x"}', "missing field 'messages' (or 'prompt' and 'response', or 'text')"),
+        ('{"body": "x"}', "missing field 'messages' (or 'prompt' and 'response', 'passages', or 'text')"),
     ],
 )
 def test_bad_plain_text_rows_name_the_line_and_field(tmp_path, line, message):

@@ -1,10 +1,16 @@
 """Generative training rows and their tokenization with loss labels on the response tokens only.
 
 A line is either a chat, ``{"messages": [{"role": "user", "content": ...}, {"role": "assistant", ...}]}``,
-one exchange, ``{"prompt": ..., "response": ...}``, or plain text, ``{"text": ...}``. Every assistant turn
-is a response whose tokens (including the template's end-of-turn marker) get a next-token loss; the
+one exchange, ``{"prompt": ..., "response": ...}``, a question answered from passages,
+``{"passages": [...], "question": ..., "response": ...}``, or plain text, ``{"text": ...}``. Every assistant
+turn is a response whose tokens (including the template's end-of-turn marker) get a next-token loss; the
 system and user turns and the template around them are context only. Plain text is read bare (no
 template, no special tokens) and every token after the first is learned.
+
+A row with passages is laid out as ``genembed ask`` lays out its prompt, token for token
+(:meth:`genembed.generation.rag_prompt.RagPrompt.prompt_ids`: the system turn, the passages as plain text,
+the question in a user turn, the assistant prompt), so the model learns to answer from passages in the
+prompt it answers in. ``genembed make-gen-data --rag`` writes such rows.
 
 Conversations are rendered exactly as given, as :mod:`genembed.generation.chat` renders them when the
 model chats: a template that inserts a default system prompt (SmolLM2's does) inserts it here too,
@@ -29,6 +35,7 @@ __all__ = [
     "read_generative",
     "render_chat",
     "tokenize_chat",
+    "tokenize_rag",
     "tokenize_row",
 ]
 
@@ -39,10 +46,12 @@ IGNORE = -100
 @dataclass(frozen=True)
 class GenerativeRow:
     """One conversation, ``messages`` as ``(role, content)`` pairs with at least one from the assistant, or
-    one plain ``text`` (then ``messages`` is empty)."""
+    one plain ``text`` (then ``messages`` is empty). A question answered from ``passages`` holds the
+    question as its user turn and the answer as its assistant turn."""
 
     messages: tuple[tuple[str, str], ...]
     text: str | None = None
+    passages: tuple[str, ...] | None = None
 
 
 def read_generative(path: str | Path) -> list[GenerativeRow]:
@@ -58,6 +67,8 @@ def read_generative(path: str | Path) -> list[GenerativeRow]:
                 extra = sorted(set(obj) - {"messages"})[0]
                 raise DataError(path, line, f"unknown field {extra!r} next to 'messages'")
             rows.append(GenerativeRow(_messages(obj["messages"], path, line)))
+        elif "passages" in obj:
+            rows.append(_rag_row(obj, path, line))
         elif "prompt" in obj or "response" in obj:
             unknown = sorted(set(obj) - {"prompt", "response"})
             if unknown:
@@ -74,8 +85,25 @@ def read_generative(path: str | Path) -> list[GenerativeRow]:
                 raise DataError(path, line, "field 'text' is empty")
             rows.append(GenerativeRow((), text=text))
         else:
-            raise DataError(path, line, "missing field 'messages' (or 'prompt' and 'response', or 'text')")
+            raise DataError(path, line, "missing field 'messages' (or 'prompt' and 'response', 'passages', or 'text')")
     return rows
+
+
+def _rag_row(obj: dict[str, Any], path: str | Path, line: int) -> GenerativeRow:
+    unknown = sorted(set(obj) - {"passages", "question", "response"})
+    if unknown:
+        raise DataError(path, line, f"unknown field {unknown[0]!r} (expected 'passages', 'question' and 'response')")
+    passages = obj["passages"]
+    if not isinstance(passages, list) or not passages:
+        raise DataError(path, line, "field 'passages' must be a non-empty list of strings")
+    for i, passage in enumerate(passages):
+        if not isinstance(passage, str) or not passage.strip():
+            raise DataError(path, line, f"field 'passages[{i}]' must be a non-empty string")
+    question = require_string(obj, "question", path, line)
+    response = require_string(obj, "response", path, line)
+    if not response.strip():
+        raise DataError(path, line, "field 'response' is empty")
+    return GenerativeRow((("user", question), ("assistant", response)), passages=tuple(passages))
 
 
 def _messages(value: Any, path: str | Path, line: int) -> tuple[tuple[str, str], ...]:
@@ -109,6 +137,8 @@ def tokenize_row(tokenizer: Any, row: GenerativeRow, max_length: int) -> tuple[l
     """Token ids and labels of a generative row, cut to ``max_length``: a conversation as
     :func:`tokenize_chat` does it, plain text bare with every token labelled. None when nothing is left to
     learn (no labelled token after the first position)."""
+    if row.passages is not None:
+        return tokenize_rag(tokenizer, row, max_length)
     if row.text is None:
         return tokenize_chat(tokenizer, row, max_length)
     ids = tokenizer(row.text, add_special_tokens=False)["input_ids"][:max_length]
@@ -151,6 +181,24 @@ def tokenize_chat(tokenizer: Any, row: GenerativeRow, max_length: int) -> tuple[
     if not any(label != IGNORE for label in labels[1:]):
         return None
     return ids, labels
+
+
+def tokenize_rag(tokenizer: Any, row: GenerativeRow, max_length: int) -> tuple[list[int], list[int]] | None:
+    """Token ids and labels of a question answered from passages: ``genembed ask``'s prompt (passages
+    first, :class:`~genembed.generation.rag_prompt.RagPrompt`'s defaults) as context, then the answer and
+    the template's end of the assistant turn, labelled. None when the cut to ``max_length`` leaves no
+    labelled token (the cut is from the end, as for chats: keep ``max_length`` above the longest row)."""
+    from ...generation.rag_prompt import RagPrompt
+
+    (_, question), (_, answer) = row.messages
+    prompt = RagPrompt().prompt_ids(tokenizer, list(row.passages or ()), question)
+    before = render_chat(tokenizer, row.messages[:1], add_generation_prompt=True)
+    after = render_chat(tokenizer, row.messages, add_generation_prompt=False)
+    if not after.startswith(before):
+        raise ValueError("the chat template does not render conversations prefix-consistently")
+    reply = tokenizer(after[len(before) :], add_special_tokens=False)["input_ids"]
+    ids, labels = [*prompt, *reply][:max_length], [*([IGNORE] * len(prompt)), *reply][:max_length]
+    return (ids, labels) if any(label != IGNORE for label in labels[1:]) else None
 
 
 @dataclass

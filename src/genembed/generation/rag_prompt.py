@@ -103,6 +103,18 @@ class RagPrompt:
         """The tail: the end of the user turn and the assistant prompt (computed when answering)."""
         return _ids(tokenizer, self._user_turn(tokenizer)[1] if self._chat(tokenizer) else "\nAnswer:")
 
+    def prompt_ids(self, tokenizer: Any, passages: list[str], question: str, order: str = "doc_first") -> list[int]:
+        """The whole prompt, computed in one pass (``genembed ask`` without caching): head, passages and
+        query segment in ``order`` (``"doc_first"`` or ``"query_first"``), then the tail. Generative
+        training rows with passages (:mod:`genembed.training.data.generative`) are tokenized with it,
+        so the model learns to answer the prompt it answers in ``ask``."""
+        if order not in ("doc_first", "query_first"):
+            raise ValueError(f"order must be 'doc_first' or 'query_first', got {order!r}")
+        docs = [i for ids in self.passage_ids(tokenizer, passages) for i in ids]
+        query = self.query_ids(tokenizer, question, order)
+        body = [*query, *docs] if order == "query_first" else [*docs, *query]
+        return [*self.head_ids(tokenizer), *body, *self.tail_ids(tokenizer)]
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
