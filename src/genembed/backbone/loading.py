@@ -155,7 +155,14 @@ def load_backbone(
             check_fits_in_memory(folder, weight_dtype, name)
     t0 = time.perf_counter()
     tokenizer = load_tokenizer(folder)
-    lm = AutoModelForCausalLM.from_pretrained(str(folder), **kwargs)
+    lm, info = AutoModelForCausalLM.from_pretrained(str(folder), output_loading_info=True, **kwargs)
+    head, embeddings = lm.get_output_embeddings(), lm.get_input_embeddings()
+    if "lm_head.weight" in info.get("missing_keys", ()) and head is not None and head.weight is not embeddings.weight:
+        # an embedding checkpoint saved without its LM head (Qwen3-Embedding, e5-mistral, gte-Qwen2 save the
+        # bare decoder stack): read logits against the input embeddings, not a random head, for what
+        # generates (soft tokens, chat)
+        logger.info("%s has no LM head; tying it to the input embeddings", name)
+        head.weight = embeddings.weight
     if "device_map" not in kwargs:  # accelerate placed (and bitsandbytes quantized) the others already
         lm.to(device)
     lm.eval()
