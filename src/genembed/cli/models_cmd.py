@@ -25,7 +25,8 @@ def models(
 
     table = Table(title="models genembed runs as their authors do (weights only; activations come on top)")
     numbers = ("params", "dim", "bf16", "fp32", "8-bit", "4-bit")
-    for column in ("id", "what", "method", "params", "dim", "bf16", "fp32", "8-bit", "4-bit", "cached"):
+    table.add_column("id", no_wrap=True, min_width=max(len(row["id"]) for row in rows))  # ids stay whole
+    for column in ("what", "method", "params", "dim", "bf16", "fp32", "8-bit", "4-bit", "cached"):
         table.add_column(column, justify="right" if column in numbers else "left")
     for row in rows:
         gb = row["weights_gb"]
