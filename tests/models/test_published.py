@@ -78,8 +78,14 @@ def test_the_table_holds_the_decoder_embedder_families_as_data():
         512,
     )
     assert llm2vec.prompts()["query"].endswith("the query:") and llm2vec.prompts()["document"] == ""
+    # llm2vec's test_configs/mteb/task_to_instructions.json; mteb's LLM2Vec wrapper embeds documents bare
+    assert llm2vec.instruction_set().for_task("MSMARCO", "query") == llm2vec.prompts()["query"]
+    assert llm2vec.instruction_set().for_task("MSMARCO", "document") == ""
+    assert llm2vec.instruction_set().for_task("STS12") == "Retrieve semantically similar text:"
+    assert llm2vec.instruction_set().source["commit"] == "312adcfb578b4023bfc9d3bcc83b6b87448ab059"
     e5 = PUBLISHED["intfloat/e5-mistral-7b-instruct"]
     assert (e5.max_length, e5.prompt_format, e5.instruction_set().for_task("MSMARCO")) == (4096, "e5", None)
+    assert e5.instruction_set().source["name"] == "none published"
 
 
 def test_the_authors_instructions_by_task_and_side():

@@ -240,8 +240,9 @@ def _family(**fields: Any) -> PublishedModel:
     return PublishedModel(**fields)
 
 
-# the Qwen-based families: bf16 weights, 32k-token context
-_QWEN_BASED: dict[str, Any] = {**_LAST_TOKEN, "dtype": "bfloat16", "max_length": 32768}
+# the Qwen-based families: bf16 weights, texts cut at 8192 tokens as their model cards' snippets do (the
+# models read up to 32k tokens: pass max_length to go further)
+_QWEN_BASED: dict[str, Any] = {**_LAST_TOKEN, "dtype": "bfloat16", "max_length": 8192}
 _QWEN3 = "Qwen3-Embedding"
 _QWEN3_CODE = "https://github.com/QwenLM/Qwen3-Embedding"
 _QWEN3_CONTRACT = (
@@ -323,6 +324,7 @@ def _llm2vec(backbone: str, architecture: str, params: int) -> PublishedModel:
         base=f"McGill-NLP/LLM2Vec-{backbone}-mntp",
         architecture=architecture,
         params=params,
+        instructions="llm2vec",
         query_instruction=_WEB_QUERY + ":",
         normalize_eval=True,
         max_length=512,
