@@ -138,3 +138,21 @@ def test_as_published_names_a_published_model(folders):
 
     with pytest.raises(ValueError, match="as_published must be a hub id of `genembed models`, got 'nope/nope'"):
         genembed.load(folders["e5-mistral"], as_published="nope/nope", device="cpu")
+
+
+def test_a_saved_family_model_loads_back_with_its_contract(folders, tmp_path):
+    """``model.save`` keeps the family's method, prompt format, attention and query instruction."""
+    import genembed
+
+    model = _load(folders["gte-qwen2-7b"], "gte-qwen2-7b")
+    model.save(tmp_path / "saved")
+    loaded = genembed.load(tmp_path / "saved", dtype="float32", device="cpu")
+    assert (loaded.method, loaded.prompt_format, loaded.attention, loaded.prompts["query"]) == (
+        "last",
+        "e5",
+        "bidirectional",
+        model.prompts["query"],
+    )
+    got = _embed(loaded)
+    for side in ("query", "document"):
+        assert _min_cosine(got[side], _golden()[f"gte-qwen2-7b/{side}"]) >= MIN_COSINE
