@@ -9,7 +9,8 @@ family ships one, its sentence-transformers configuration (prompts, last-token p
 instruction) and documents (bare) in batches with the family's reference implementation:
 
 - Qwen3-Embedding, gte-Qwen2: ``SentenceTransformer(folder).encode(..., prompt_name="query")``
-  (gte-Qwen2-7B's bidirectional attention through ``config.is_causal = false``);
+  (gte-Qwen2-7B's bidirectional attention through ``config.is_causal = false``; gte-Qwen2-1.5B's config
+  says the same but the authors' code runs causal, so its reference loads with ``is_causal=True``);
 - e5-mistral: the model card's transformers snippet (cut at ``max_length - 1``, append EOS, pad, the
   card's ``last_token_pool``), written out below;
 - LLM2Vec: llm2vec's ``LLM2Vec.encode`` steps (``_convert_to_str``, ``tokenize`` with its
@@ -85,6 +86,10 @@ FAMILIES: dict[str, dict[str, Any]] = {
         "append": "<|endoftext|>",
         "padding_side": "right",
         "tie": False,
+        # its config.json says is_causal false, but the authors' (remote) code is hardcoded causal (vLLM's
+        # supported-models note): the reference runs causal whatever the config says
+        "is_causal": False,
+        "reference_config": {"is_causal": True},
         "reference": "sentence-transformers",
         "query_prompt": "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery: ",
     },
@@ -205,7 +210,7 @@ def _save_sentence_transformers(folder: Path, spec: dict[str, Any], dim: int) ->
 def _sentence_transformers(folder: Path, spec: dict[str, Any]) -> dict[str, np.ndarray]:
     from sentence_transformers import SentenceTransformer
 
-    model = SentenceTransformer(str(folder), device="cpu")
+    model = SentenceTransformer(str(folder), device="cpu", config_kwargs=spec.get("reference_config"))
     run = {"batch_size": _BATCH, "convert_to_numpy": True}
     return {
         "query": model.encode(QUERIES, prompt_name="query", **run),
