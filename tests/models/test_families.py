@@ -156,3 +156,63 @@ def test_a_saved_family_model_loads_back_with_its_contract(folders, tmp_path):
     got = _embed(loaded)
     for side in ("query", "document"):
         assert _min_cosine(got[side], _golden()[f"gte-qwen2-7b/{side}"]) >= MIN_COSINE
+
+
+def _lora(model, folder: Path, seed: int) -> Path:
+    """A LoRA adapter with random nonzero weights on ``model``, saved in ``folder``."""
+    import copy
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(seed)
+    peft = get_peft_model(copy.deepcopy(model), LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"]))
+    with torch.no_grad():
+        for name, param in peft.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0.0, 0.3)
+    peft.save_pretrained(folder)
+    return folder
+
+
+def test_llm2vec_by_hub_id_merges_the_mntp_adapter_then_adds_the_supervised_one(folders, fake_hub, tmp_path):
+    """LLM2Vec's hub checkpoints are two adapters: ``-mntp`` (a config.json beside a LoRA adapter, no weights)
+    on the instruct model, merged as llm2vec's ``from_pretrained`` merges it, then ``-supervised`` on top."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    import genembed
+
+    from ..conftest import rebase_adapter
+
+    base_id, mntp_id = "meta-llama/Meta-Llama-3-8B-Instruct", "McGill-NLP/LLM2Vec-Meta-Llama-3-8B-Instruct-mntp"
+    supervised_id = f"{mntp_id}-supervised"
+    base = folders["llm2vec-llama3"]
+    lm = AutoModelForCausalLM.from_pretrained(base).eval()
+    mntp = _lora(lm, tmp_path / "mntp", seed=1)
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(base / name, mntp / name)
+    merged = genembed.load(base, adapter=mntp, dtype="float32", device="cpu").backbone.model.merge_and_unload()
+    supervised = _lora(merged, tmp_path / "supervised", seed=2)
+    fake_hub(base_id, base)
+    fake_hub(mntp_id, mntp, edit=rebase_adapter(base_id))
+    fake_hub(supervised_id, supervised, edit=rebase_adapter(mntp_id))
+
+    model = genembed.load(supervised_id, dtype="float32", device="cpu")
+    assert (model.method, model.prompt_format, model.attention, model.adapter) == (
+        "mean",
+        "llm2vec",
+        "bidirectional",
+        supervised_id,
+    )
+    # the same weights built by hand: base + mntp merged and saved, the supervised adapter attached
+    merged.save_pretrained(tmp_path / "merged")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(base / name, tmp_path / "merged" / name)
+    by_hand = genembed.load(
+        tmp_path / "merged", adapter=supervised, as_published=supervised_id, dtype="float32", device="cpu"
+    )
+    want = by_hand.encode_query(QUERIES, batch_size=3, max_length=64)
+    assert _min_cosine(model.encode_query(QUERIES, batch_size=3, max_length=64), want) >= MIN_COSINE
+    assert _min_cosine(want, _golden()["llm2vec-llama3/query"]) < 0.9999  # the adapters changed the model
