@@ -19,8 +19,8 @@ PromptFormatOpt = Annotated[
     str | None,
     typer.Option(
         "--prompt-format",
-        help=f"{', '.join(PROMPT_FORMATS)} (gircse and gritlm: the published models' own; default: the model's, "
-        "else chat for gircse, plain otherwise)",
+        help=f"{', '.join(PROMPT_FORMATS)} (all but plain and chat: published models' own, docs/families.md; "
+        "default: the model's, else chat for gircse, plain otherwise)",
     ),
 ]
 ModelOpt = Annotated[
