@@ -5,13 +5,18 @@ them out of a git checkout of each repository (as Python literals, with ``ast``;
 run or copied) and writes them, with their source and commit, to ``src/genembed/data/``:
 
     python scripts/extract_published_instructions.py \\
-        --gircse /path/to/Roytsai27/GIRCSE --gritlm /path/to/ContextualAI/gritlm
+        --gircse /path/to/Roytsai27/GIRCSE --gritlm /path/to/ContextualAI/gritlm \\
+        --llm2vec /path/to/McGill-NLP/llm2vec
 
 - ``instructions_gircse.json``: ``DATASET2INSTUCT`` of GIRCSE's ``embedding/instructions.py`` (what
   ``embedding/mteb_eval.py`` evaluates with).
 - ``instructions_gritlm.json``: the ``"e5"`` set of ``SET_TO_TASK_TO_DS_TO_PROMPT`` in gritlm's
   ``evaluation/eval_mteb.py`` (its default ``--instruction_set``, the one its README's MTEB command
   uses), flattened from task type -> task -> instruction to task -> instruction.
+- ``instructions_llm2vec.json``: llm2vec's ``test_configs/mteb/task_to_instructions.json`` (what its
+  ``experiments/mteb_eval.py`` passes to mteb's LLM2Vec wrapper, which embeds retrieval and reranking
+  documents with no instruction: ``encode_corpus``); those tasks' entries become ``{query, corpus: ""}``,
+  by their type in mteb's task metadata (``pip install mteb``).
 """
 
 from __future__ import annotations
@@ -42,6 +47,16 @@ SOURCES = {
         # evaluation/eval_mteb.py: every CQADupstack* task uses the CQADupstackRetrieval instruction
         "lookup": {"remove": [], "prefix_fallback": {"CQADupstack": "CQADupstackRetrieval"}},
     },
+    "llm2vec": {
+        "repo": "https://github.com/McGill-NLP/llm2vec",
+        "path": "test_configs/mteb/task_to_instructions.json",
+        "name": "task_to_instructions",
+        "license": "MIT",
+        "json": True,
+        # the file names the twelve CQADupstack forums (one instruction for all); mteb's aggregate
+        # CQADupstackRetrieval runs them, so it takes theirs
+        "lookup": {"remove": [], "prefix_fallback": {"CQADupstackRetrieval": "CQADupstackTexRetrieval"}},
+    },
 }
 
 
@@ -67,10 +82,25 @@ def _flatten(by_type: dict) -> dict:
     return flat
 
 
+def _documents_bare(instructions: dict) -> dict:
+    """Retrieval and reranking tasks' instructions as ``{query, corpus: ""}`` (mteb's task types)."""
+    import mteb
+
+    out: dict = {}
+    for task, instruction in instructions.items():
+        try:
+            kind = mteb.get_task(task).metadata.type
+        except Exception:  # a task this mteb does not know: keep the instruction for every text
+            kind = None
+        out[task] = {"query": instruction, "corpus": ""} if kind in ("Retrieval", "Reranking") else instruction
+    return out
+
+
 def extract(key: str, checkout: Path) -> dict:
     spec = SOURCES[key]
     commit = _git(checkout, "rev-parse", "HEAD").strip()
-    value = _literal(_git(checkout, "show", f"{commit}:{spec['path']}"), spec["name"])
+    text = _git(checkout, "show", f"{commit}:{spec['path']}")
+    value = _documents_bare(json.loads(text)) if spec.get("json") else _literal(text, spec["name"])
     if "set" in spec:
         value = _flatten(value[spec["set"]])
     source = {k: spec[k] for k in ("repo", "path", "name", "license")} | {"commit": commit}
@@ -88,8 +118,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gircse", type=Path, required=True, help="a git checkout of Roytsai27/GIRCSE")
     parser.add_argument("--gritlm", type=Path, required=True, help="a git checkout of ContextualAI/gritlm")
+    parser.add_argument("--llm2vec", type=Path, required=True, help="a git checkout of McGill-NLP/llm2vec")
     args = parser.parse_args()
-    for key, checkout in (("gircse", args.gircse), ("gritlm", args.gritlm)):
+    for key, checkout in (("gircse", args.gircse), ("gritlm", args.gritlm), ("llm2vec", args.llm2vec)):
         data = extract(key, checkout)
         target = OUT / f"instructions_{key}.json"
         tmp = target.with_suffix(".json.tmp")

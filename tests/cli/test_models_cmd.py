@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from typer.testing import CliRunner
 
 from genembed.cli.app import app
@@ -31,13 +32,14 @@ def test_models_lists_the_published_checkpoints_and_the_default(fake_hub, tiny_f
     assert rows["GritLM/GritLM-8x7B"]["weights_gb"]["bfloat16"] == 93.4
 
 
-def test_an_uncached_published_model_offline_is_a_clean_fast_cli_error(tmp_path):
+@pytest.mark.parametrize("model_id", ["GritLM/GritLM-7B", "Qwen/Qwen3-Embedding-0.6B"])
+def test_an_uncached_published_model_offline_is_a_clean_fast_cli_error(tmp_path, model_id):
     """The issue's check, as a user runs it: a fresh process, an empty cache, HF_HUB_OFFLINE=1."""
     env = {"HF_HUB_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
     env |= {key: value for key, value in os.environ.items() if key in ("PYTHONPATH", "HOME")}
     start = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "genembed.cli.app", "inspect", "a text", "--model", "GritLM/GritLM-7B"],
+        [sys.executable, "-m", "genembed.cli.app", "inspect", "a text", "--model", model_id],
         capture_output=True,
         text=True,
         env=env,
@@ -45,6 +47,24 @@ def test_an_uncached_published_model_offline_is_a_clean_fast_cli_error(tmp_path)
     )
     seconds = time.perf_counter() - start
     assert done.returncode == 2, done.stderr
-    assert "GritLM/GritLM-7B" in done.stderr and "hf download GritLM/GritLM-7B" in done.stderr
+    assert model_id in done.stderr and f"hf download {model_id}" in done.stderr
     assert "Traceback" not in done.stderr + done.stdout
     assert seconds < 30, f"took {seconds:.1f}s"
+
+
+@pytest.mark.parametrize("family", ["Qwen3-Embedding", "gte-Qwen2-instruct", "e5-mistral", "LLM2Vec"])
+def test_every_family_offline_fails_at_once_naming_the_id_and_hf_download(tmp_path, monkeypatch, family):
+    """Each family's hub ids, with an empty cache and HF_HUB_OFFLINE=1: a MissingModelError in under 5 s."""
+    import genembed
+    from genembed.backbone.default_model import MissingModelError
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    ids = [model_id for model_id, entry in PUBLISHED.items() if entry.family == family]
+    assert ids
+    for model_id in ids:
+        start = time.perf_counter()
+        with pytest.raises(MissingModelError) as error:
+            genembed.load(model_id)
+        assert time.perf_counter() - start < 5.0
+        assert model_id in str(error.value) and f"hf download {model_id}" in str(error.value)

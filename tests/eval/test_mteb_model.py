@@ -179,6 +179,8 @@ def test_each_published_model_has_its_authors_instruction_for_every_task_of_its_
     from genembed.models.published import PUBLISHED
 
     for entry in PUBLISHED.values():
+        if entry.instructions is None:  # a family whose authors publish no per-task table with their code
+            continue
         names = [task.metadata.name for task in mteb.get_benchmark(entry.benchmark).tasks]
         assert names and [n for n in names if entry.instruction_set().entry(n) is None] == [], entry.id
 

@@ -23,11 +23,8 @@ def _golden():
 
 
 def test_the_table_holds_the_four_checkpoints_with_their_authors_settings():
-    assert set(PUBLISHED) == {
-        "Roytsai27/GIRCSE-Mistral7B",
-        "Roytsai27/GIRCSE-QWEN7B",
-        "GritLM/GritLM-7B",
-        "GritLM/GritLM-8x7B",
+    assert {"Roytsai27/GIRCSE-Mistral7B", "Roytsai27/GIRCSE-QWEN7B", "GritLM/GritLM-7B", "GritLM/GritLM-8x7B"} == {
+        model_id for model_id, entry in PUBLISHED.items() if entry.family in ("GIRCSE", "GritLM")
     }
     gircse, grit = PUBLISHED["Roytsai27/GIRCSE-QWEN7B"], PUBLISHED["GritLM/GritLM-8x7B"]
     assert (gircse.base, gircse.method, gircse.prompt_format, gircse.steps, gircse.train_steps, gircse.tau) == (
@@ -50,6 +47,45 @@ def test_the_table_holds_the_four_checkpoints_with_their_authors_settings():
     # bf16 weights of a 7B model: 14.5 GB; the 8x7B needs about 93 GB, 23 GB in 4-bit
     assert PUBLISHED["GritLM/GritLM-7B"].weight_bytes() == 2 * 7_241_732_096
     assert round(grit.weight_bytes("4bit") / 1e9, 1) == 23.4
+
+
+def test_the_table_holds_the_decoder_embedder_families_as_data():
+    """At least four families besides GIRCSE and GritLM, each a row: hub id, size, dimension, max length,
+    method (pooling), attention, prompt format, query instruction."""
+    families = {entry.family for entry in PUBLISHED.values()} - {"GIRCSE", "GritLM"}
+    assert families >= {"Qwen3-Embedding", "gte-Qwen2-instruct", "e5-mistral", "LLM2Vec"}
+    qwen = PUBLISHED["Qwen/Qwen3-Embedding-8B"]
+    assert (qwen.method, qwen.prompt_format, qwen.attention, qwen.dim, qwen.matryoshka) == (
+        "last",
+        "qwen3-embedding",
+        "causal",
+        4096,
+        (32, 4096),
+    )
+    gte7, gte15 = PUBLISHED["Alibaba-NLP/gte-Qwen2-7B-instruct"], PUBLISHED["Alibaba-NLP/gte-Qwen2-1.5B-instruct"]
+    assert (gte7.attention, gte15.attention, gte7.prompt_format, gte7.dim, gte15.dim) == (
+        "bidirectional",
+        "causal",
+        "e5",
+        3584,
+        1536,
+    )
+    llm2vec = PUBLISHED["McGill-NLP/LLM2Vec-Meta-Llama-3-8B-Instruct-mntp-supervised"]
+    assert (llm2vec.method, llm2vec.attention, llm2vec.prompt_format, llm2vec.max_length) == (
+        "mean",
+        "bidirectional",
+        "llm2vec",
+        512,
+    )
+    assert llm2vec.prompts()["query"].endswith("the query:") and llm2vec.prompts()["document"] == ""
+    # llm2vec's test_configs/mteb/task_to_instructions.json; mteb's LLM2Vec wrapper embeds documents bare
+    assert llm2vec.instruction_set().for_task("MSMARCO", "query") == llm2vec.prompts()["query"]
+    assert llm2vec.instruction_set().for_task("MSMARCO", "document") == ""
+    assert llm2vec.instruction_set().for_task("STS12") == "Retrieve semantically similar text:"
+    assert llm2vec.instruction_set().source["commit"] == "312adcfb578b4023bfc9d3bcc83b6b87448ab059"
+    e5 = PUBLISHED["intfloat/e5-mistral-7b-instruct"]
+    assert (e5.max_length, e5.prompt_format, e5.instruction_set().for_task("MSMARCO")) == (4096, "e5", None)
+    assert e5.instruction_set().source["name"] == "none published"
 
 
 def test_the_authors_instructions_by_task_and_side():

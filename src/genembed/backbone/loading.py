@@ -153,9 +153,27 @@ def load_backbone(
             kwargs["device_map"] = placement
         elif device == "cpu":
             check_fits_in_memory(folder, weight_dtype, name)
+    merged = _merged_adapter_base(folder)
+    if merged is not None:  # a config.json beside a LoRA adapter and no weights: the base with it merged
+        backbone = load_backbone(
+            merged,
+            dtype=dtype,
+            device=requested,
+            local_files_only=local_files_only,
+            device_map=device_map,
+            quantization=quantization,
+        )
+        return _merge_adapter(backbone, folder, name, source)
     t0 = time.perf_counter()
     tokenizer = load_tokenizer(folder)
-    lm = AutoModelForCausalLM.from_pretrained(str(folder), **kwargs)
+    lm, info = AutoModelForCausalLM.from_pretrained(str(folder), output_loading_info=True, **kwargs)
+    head, embeddings = lm.get_output_embeddings(), lm.get_input_embeddings()
+    if "lm_head.weight" in info.get("missing_keys", ()) and head is not None and head.weight is not embeddings.weight:
+        # an embedding checkpoint saved without its LM head (Qwen3-Embedding, e5-mistral, gte-Qwen2 save the
+        # bare decoder stack): read logits against the input embeddings, not a random head, for what
+        # generates (soft tokens, chat)
+        logger.info("%s has no LM head; tying it to the input embeddings", name)
+        head.weight = embeddings.weight
     if "device_map" not in kwargs:  # accelerate placed (and bitsandbytes quantized) the others already
         lm.to(device)
     lm.eval()
@@ -163,6 +181,43 @@ def load_backbone(
         tokenizer.pad_token = tokenizer.eos_token
     logger.info("loaded %s from %s in %.1fs", name, folder, time.perf_counter() - t0)
     return Backbone(model=lm, tokenizer=tokenizer, name=name, path=str(folder), source=source)
+
+
+_WEIGHTS = ("*.safetensors", "pytorch_model*.bin", "model*.bin")
+
+
+def _merged_adapter_base(folder: Path) -> str | None:
+    """The base model of a folder that holds a model ``config.json`` and a LoRA adapter but no weights of
+    its own (LLM2Vec's ``-mntp`` repos), or None for any other folder."""
+    import json
+
+    adapter = folder / "adapter_config.json"
+    if not adapter.is_file():
+        return None
+    weights = [f for pattern in _WEIGHTS for f in folder.glob(pattern) if not f.name.startswith("adapter_model")]
+    if weights:
+        return None
+    base = json.loads(adapter.read_text(encoding="utf-8")).get("base_model_name_or_path")
+    if not isinstance(base, str) or not base:
+        raise MissingModelError(f"{adapter} names no base model (base_model_name_or_path) and {folder} has no weights")
+    return base
+
+
+def _merge_adapter(backbone: Backbone, folder: Path, name: str, source: str) -> Backbone:
+    """``backbone`` with the LoRA adapter in ``folder`` merged into its weights (as llm2vec's
+    ``from_pretrained`` merges an ``-mntp`` repo's adapter), named as the folder's model."""
+    from peft import PeftModel
+
+    from .tokenizer import load_tokenizer
+
+    merged = PeftModel.from_pretrained(backbone.model, str(folder)).merge_and_unload().eval()
+    logger.info("merged the LoRA adapter of %s into its base %s", folder, backbone.name)
+    tokenizer = backbone.tokenizer
+    if (folder / "tokenizer_config.json").is_file():  # the folder's own tokenizer, as llm2vec loads it
+        tokenizer = load_tokenizer(folder)
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+    return Backbone(model=merged, tokenizer=tokenizer, name=name, path=str(folder), source=source)
 
 
 def hub_cache_folder(repo_id: str) -> Path:

@@ -19,8 +19,8 @@ PromptFormatOpt = Annotated[
     str | None,
     typer.Option(
         "--prompt-format",
-        help=f"{', '.join(PROMPT_FORMATS)} (gircse and gritlm: the published models' own; default: the model's, "
-        "else chat for gircse, plain otherwise)",
+        help=f"{', '.join(PROMPT_FORMATS)} (all but plain and chat: published models' own, docs/families.md; "
+        "default: the model's, else chat for gircse, plain otherwise)",
     ),
 ]
 ModelOpt = Annotated[
@@ -44,6 +44,14 @@ def adapter_option(default: str = "gircse") -> Any:
 
 
 AdapterOpt = Annotated[str | None, adapter_option()]
+AsPublishedOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--as-published",
+        help="run a local --model folder with this published model's contract (a hub id of `genembed models`: "
+        "its prompt format, pooling, attention and query instruction)",
+    ),
+]
 GeneratorOpt = Annotated[
     str | None,
     typer.Option(
@@ -154,6 +162,7 @@ def load_model(
     center: bool | None = None,
     device: str = "auto",
     generator: str | None = None,
+    as_published: str | None = None,
 ) -> Any:
     """Load a model, turning a missing model or a bad setting into a clean CLI error instead of a traceback."""
     import genembed
@@ -171,6 +180,7 @@ def load_model(
             device=device,
             center=center,
             generation_adapter=generator_choice(generator),
+            **({"as_published": as_published} if as_published is not None else {}),
         )
     except (MissingModelError, DamagedFileError, InsufficientMemoryError, ImportError, ValueError) as exc:
         typer.secho(f"error: {exc}", fg="red", err=True)

@@ -1,5 +1,5 @@
-"""``genembed models``: the published checkpoints genembed runs with their authors' settings, and the
-bundled default."""
+"""``genembed models``: the published checkpoints and embedder families genembed runs with their authors'
+settings, and the bundled default."""
 
 from __future__ import annotations
 
@@ -24,8 +24,10 @@ def models(
     from rich.table import Table
 
     table = Table(title="models genembed runs as their authors do (weights only; activations come on top)")
-    for column in ("id", "what", "method", "params", "bf16", "fp32", "8-bit", "4-bit", "cached"):
-        table.add_column(column, justify="right" if column in ("params", "bf16", "fp32", "8-bit", "4-bit") else "left")
+    numbers = ("params", "dim", "bf16", "fp32", "8-bit", "4-bit")
+    table.add_column("id", no_wrap=True, min_width=max(len(row["id"]) for row in rows))  # ids stay whole
+    for column in ("what", "method", "params", "dim", "bf16", "fp32", "8-bit", "4-bit", "cached"):
+        table.add_column(column, justify="right" if column in numbers else "left")
     for row in rows:
         gb = row["weights_gb"]
         table.add_row(
@@ -33,11 +35,15 @@ def models(
             row["summary"],
             row["method"] + (f" K={row['steps']}" if row.get("steps") else ""),
             f"{row['params'] / 1e9:.2f}B" if row["params"] else "?",
+            str(row.get("dim") or "?"),
             *(f"{gb[k]:.1f} GB" if gb.get(k) is not None else "-" for k in ("bfloat16", "float32", "8bit", "4bit")),
             row["cached"],
         )
     Console(width=200).print(table)
-    typer.echo('Load one with genembed.load("ID"), or --model ID on any command; see docs/published-models.md.')
+    typer.echo(
+        'Load one with genembed.load("ID"), or --model ID on any command; see docs/published-models.md and '
+        "docs/families.md (each family's exact prompt, pooling and attention)."
+    )
 
 
 def _cached(entry: Any) -> str:

@@ -12,6 +12,7 @@ from genembed.encoders.methods import DEFAULT_METHOD, DEFAULT_STEPS
 
 from ._common import (
     AdapterOpt,
+    AsPublishedOpt,
     CenterOpt,
     DeviceOpt,
     DtypeOpt,
@@ -51,6 +52,7 @@ def _limit(name: str, help: str, *, min: int = 1, option: str | None = None) -> 
 def serve(
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
+    as_published: AsPublishedOpt = None,
     generator: GeneratorOpt = None,
     dtype: DtypeOpt = "auto",
     device: DeviceOpt = "auto",
@@ -216,7 +218,7 @@ def serve(
         import torch
 
         torch.set_num_threads(threads)
-    loaded = load_model(model, adapter, dtype, center, device, generator)
+    loaded = load_model(model, adapter, dtype, center, device, generator, as_published)
     try:  # a model saved with its settings (model.save) serves its own method and K unless told otherwise
         settings = replace(settings, method=method or loaded.method, default_steps=steps or loaded.steps)
     except ValueError as exc:

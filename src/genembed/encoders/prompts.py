@@ -23,6 +23,17 @@ the ids equal theirs (a split at the text boundary can change the ids there). Fo
   tokens (its BOS, for Mistral). As GritLM does, the first ``len(tokenize(prefix))`` tokens (special
   tokens included) are the instruction, and every token after them (an EOS the tokenizer adds too)
   is the text.
+- ``e5``: e5-mistral-7b-instruct's and gte-Qwen2-instruct's: ``f"Instruct: {instruction}\\nQuery: {text}"``
+  (a space after ``Query:``), or just ``text`` without an instruction, tokenized whole with the
+  tokenizer's special tokens (Mistral's BOS) and ending with the tokenizer's EOS (appended after the
+  string is cut at ``max_length - 1`` tokens when the tokenizer does not add it itself), the token their
+  last-token pooling reads.
+- ``qwen3-embedding``: Qwen3-Embedding's: ``f"Instruct: {instruction}\\nQuery:{text}"`` (no space), or just
+  ``text``, ending with ``<|endoftext|>`` (appended when the tokenizer does not add it).
+- ``llm2vec``: the llm2vec package's (github.com/McGill-NLP/llm2vec): ``f"{instruction.strip()} {text}"``,
+  or just ``text``, tokenized whole with special tokens (BOS); the text is the last
+  ``len(tokenize(text))`` tokens (tokenized alone, no special tokens), as llm2vec's ``embed_mask`` marks
+  them, so mean pooling leaves the instruction out.
 
 Texts longer than ``max_length`` tokens (prefix and suffix included) have their text span cut
 from the end; the instruction and template are always kept whole (``gircse`` and ``gritlm`` cut the
@@ -50,9 +61,38 @@ __all__ = [
     "split_ids",
 ]
 
-PROMPT_FORMATS = ("plain", "chat", "gircse", "gritlm")
-# formats tokenized as one string, the way their authors' code does (special tokens added or not)
-WHOLE_STRING_FORMATS = {"gircse": False, "gritlm": True}
+
+@dataclass(frozen=True)
+class WholeStringFormat:
+    """A published model's prompt, tokenized as one string the way its authors' code does."""
+
+    prefix: str  # before the text when there is an instruction (holds "{instruction}")
+    bare: str  # before the text when there is none
+    special_tokens: bool  # tokenize with the tokenizer's special tokens (a BOS, an EOS it adds)
+    text: str  # where the text tokens are: "offsets" (from the character offsets), "after_prefix"
+    # (after len(tokenize(prefix)) tokens, as GritLM counts) or "tail" (the last len(tokenize(text)))
+    end: str | None = None  # the token every prompt ends with ("eos": the tokenizer's EOS); None: none
+    strip_instruction: bool = False  # the instruction is stripped of surrounding whitespace first
+
+    def prefix_for(self, instruction: str) -> str:
+        """The string before the text."""
+        instruction = instruction.strip() if self.strip_instruction else instruction
+        return self.prefix.format(instruction=instruction) if instruction else self.bare
+
+
+# formats tokenized as one string, the way their authors' code does
+WHOLE_STRING_FORMATS: dict[str, WholeStringFormat] = {
+    "gircse": WholeStringFormat("Instruct: {instruction}\nQuery:", "", special_tokens=False, text="offsets"),
+    "gritlm": WholeStringFormat(
+        "<|user|>\n{instruction}\n<|embed|>\n", "<|embed|>\n", special_tokens=True, text="after_prefix"
+    ),
+    "e5": WholeStringFormat("Instruct: {instruction}\nQuery: ", "", special_tokens=True, text="offsets", end="eos"),
+    "qwen3-embedding": WholeStringFormat(
+        "Instruct: {instruction}\nQuery:", "", special_tokens=True, text="offsets", end="<|endoftext|>"
+    ),
+    "llm2vec": WholeStringFormat("{instruction} ", "", special_tokens=True, text="tail", strip_instruction=True),
+}
+PROMPT_FORMATS = ("plain", "chat", *WHOLE_STRING_FORMATS)
 # GritLM's chat turns (its tokenizer's Zephyr-style template); assistant turns end with EOS
 _GRITLM_TURNS = {"system": "<|system|>\n", "user": "<|user|>\n", "assistant": "<|assistant|>\n"}
 SENTINEL = "\u2063GENEMBED_TEXT\u2063"  # stands for the text while a template is rendered around it
@@ -76,10 +116,8 @@ def prompt_spans(tokenizer: Any, instruction: str, prompt_format: str) -> tuple[
             raise ValueError("prompt format 'chat' needs a tokenizer with a chat template; use 'plain'")
         content = f"{instruction}\n{SENTINEL}" if instruction else SENTINEL
         return split_around(tokenizer, content, system_turn=True)
-    if prompt_format == "gircse":
-        return (f"Instruct: {instruction}\nQuery:" if instruction else ""), ""
-    if prompt_format == "gritlm":
-        return (f"<|user|>\n{instruction}\n<|embed|>\n" if instruction else "<|embed|>\n"), ""
+    if prompt_format in WHOLE_STRING_FORMATS:
+        return WHOLE_STRING_FORMATS[prompt_format].prefix_for(instruction), ""
     raise ValueError(f"prompt format must be one of {PROMPT_FORMATS}, got {prompt_format!r}")
 
 
@@ -189,23 +227,53 @@ def _encode_whole(
     tokenizer: Any, texts: list[str], instruction: str, prompt_format: str, max_length: int
 ) -> list[EncodedPrompt]:
     """Prompts tokenized as whole strings (``prefix + text``), as the format's authors do it."""
-    prefix, _ = prompt_spans(tokenizer, instruction, prompt_format)
-    special = WHOLE_STRING_FORMATS[prompt_format]
+    form = WHOLE_STRING_FORMATS[prompt_format]
+    prefix = form.prefix_for(instruction)
     if not texts:
         return []
-    call = {"add_special_tokens": special, "truncation": True, "max_length": max_length}
-    if special:  # GritLM: the instruction is the first len(tokenize(prefix)) tokens, special tokens included
-        encoded = tokenizer([prefix + text for text in texts], **call)
+    end = _end_token(tokenizer, form.end, prompt_format)
+    call = {"add_special_tokens": form.special_tokens, "truncation": True, "max_length": max_length}
+    strings = [prefix + text for text in texts]
+    if form.text == "after_prefix":  # GritLM: the instruction is the first len(tokenize(prefix)) tokens
+        encoded = tokenizer(strings, **call)
         starts = [len(tokenizer(prefix, **call)["input_ids"])] * len(texts)
-    else:  # GIRCSE: the text starts at the first token that ends inside it
+    elif form.text == "tail":  # llm2vec: the last len(tokenize(text)) tokens are the text
+        encoded = tokenizer(strings, **call)
+        alone = tokenizer(texts, add_special_tokens=False, truncation=True, max_length=max_length)["input_ids"]
+        starts = [max(len(ids) - len(own), 0) for ids, own in zip(encoded["input_ids"], alone, strict=True)]
+    else:  # the text starts at the first token that ends inside it
         if not getattr(tokenizer, "is_fast", False):
             raise ValueError(f"prompt format {prompt_format!r} needs a fast (tokenizers) tokenizer for its offsets")
-        encoded = tokenizer([prefix + text for text in texts], return_offsets_mapping=True, **call)
+        encoded = tokenizer(strings, return_offsets_mapping=True, **call)
         offsets = encoded["offset_mapping"]
-        starts = [next((i for i, (_, end) in enumerate(o) if end > len(prefix)), len(o)) for o in offsets]
+        starts = [next((i for i, (_, stop) in enumerate(o) if stop > len(prefix)), len(o)) for o in offsets]
     out = []
     for ids, start in zip(encoded["input_ids"], starts, strict=True):
-        ids = list(ids) or [tokenizer.eos_token_id]  # an empty prompt: one EOS token stands in
-        start = min(start, len(ids))
-        out.append(EncodedPrompt(ids, start, len(ids)))
+        ids = list(ids)
+        stop = len(ids)
+        if end is not None:  # the prompt ends with the end token: appended after a cut at max_length - 1
+            if not ids or ids[-1] != end:
+                ids = [*ids[: max_length - 1], end]
+            stop = len(ids) - 1
+        ids = ids or [tokenizer.eos_token_id]  # an empty prompt: one EOS token stands in
+        start = min(start, stop)
+        out.append(EncodedPrompt(ids, start, max(stop, start)))
     return out
+
+
+def _end_token(tokenizer: Any, end: str | None, prompt_format: str) -> int | None:
+    """The id of a format's end token (None: the format has none).
+
+    Raises:
+        ValueError: the tokenizer has no such token.
+    """
+    if end is None:
+        return None
+    if end == "eos":
+        if tokenizer.eos_token_id is None:
+            raise ValueError(f"prompt format {prompt_format!r} ends with the EOS token; this tokenizer has none")
+        return int(tokenizer.eos_token_id)
+    token = tokenizer.convert_tokens_to_ids(end)
+    if token is None or token == tokenizer.unk_token_id:
+        raise ValueError(f"prompt format {prompt_format!r} ends with {end!r}, which this tokenizer does not have")
+    return int(token)

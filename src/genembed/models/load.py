@@ -52,6 +52,7 @@ def load(
     local_files_only: bool = False,
     device_map: Any = None,
     quantization: str | None = None,
+    as_published: str | None = None,
 ) -> GenerativeEmbedder:
     """Load a model for embedding (and generation, reranking, RAG).
 
@@ -112,6 +113,11 @@ def load(
         device_map: accelerate's placement of the layers over devices (``"auto"``: over all GPUs).
         quantization: ``"4bit"`` or ``"8bit"``: bitsandbytes weights on a CUDA GPU
             (``pip install "genembed[quant]"``).
+        as_published: run ``model`` (a local folder, such as a copy of the weights) with the settings of
+            this published model (a hub id of ``genembed models``: its method, prompt format, attention,
+            max length and query instruction). A snapshot folder of the HF cache runs as its hub id's
+            model without it. A method other than the published one keeps its prompt format (soft
+            tokens after the family's own prompt: ``method="gircse"``) unless ``prompt_format`` is given.
 
     Raises:
         ValueError: a bad setting (an unknown method, K < 1, ...: the message names it and the valid
@@ -130,7 +136,7 @@ def load(
         given["truncate_dim"] = truncate_dim  # checked by the model
     options = {"dtype": dtype, "device": device, "local_files_only": local_files_only}
     options |= {"device_map": device_map, "quantization": quantization}
-    source = resolve_source(model, local_files_only)
+    source = resolve_source(model, local_files_only, as_published)
     generator, generates = resolve_generator(generation_adapter, local_files_only)
     if source.kind == "saved":
         assert source.folder is not None
@@ -138,12 +144,17 @@ def load(
     backbone = load_backbone(source.backbone, **options)
     if source.own_adapter and isinstance(source.backbone, str):
         backbone.name = source.backbone
+    elif source.kind == "local" and source.entry is not None:
+        backbone.name = source.entry.id  # a local copy of a published model runs (and reports) as it
     path, name = _choose_adapter(source, adapter, local_files_only)
     own: dict[str, Any] = {}  # genembed's defaults, unless the published table says otherwise
     entry = source.entry
     if entry is not None:
         own = {"method": entry.method, "attention": entry.attention, "prompt_format": entry.prompt_format}
         own |= {"prompts": entry.prompts(), "tau": entry.tau} | ({"steps": entry.steps} if entry.steps else {})
+        own["max_length"] = entry.max_length
+        if given["method"] not in (None, entry.method) and given["prompt_format"] is None:
+            given["prompt_format"] = entry.prompt_format  # another method after the published prompt
     return assemble(
         backbone,
         adapter=path,

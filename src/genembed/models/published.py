@@ -1,4 +1,12 @@
-"""The published GIRCSE and GritLM checkpoints and how their authors run them: the one table of them.
+"""The published embedders genembed runs exactly as their authors do, and how: the one table of them.
+
+Two kinds of rows: the GIRCSE and GritLM checkpoints (:func:`_gircse`, :func:`_gritlm`), and the
+decoder embedders people deploy today (:func:`_family`: Qwen3-Embedding, gte-Qwen2-instruct,
+e5-mistral-7b-instruct, LLM2Vec), each a row of data: its prompt format
+(:data:`genembed.encoders.prompts.WHOLE_STRING_FORMATS`: the template, special tokens, the end token
+its last-token pooling reads), its method (``last``: the last token; ``mean``: the text tokens), its
+attention, dimension, Matryoshka dimensions and query instruction. docs/families.md says where each
+fact comes from and how it is verified.
 
 ``genembed.load(ID)`` with an id of :data:`PUBLISHED` loads the checkpoint with these settings (the
 adapter's base model, method, K, temperature, prompt format, instructions); ``genembed models`` lists
@@ -97,7 +105,7 @@ class PublishedModel:
     base: str | None  # a LoRA adapter's base model (hub id); None: full weights
     architecture: str
     params: int  # parameters of the weights that run (base + nothing: LoRA layers add < 0.6%)
-    instructions: str  # the per-task instruction set (instruction_set(name))
+    instructions: str | None  # the per-task instruction set (instruction_set(name)); None: none published
     query_instruction: str  # encode_query's instruction: the set's general web-search instruction
     normalize_eval: bool  # whether the authors' MTEB run L2-normalises (classification sees raw vectors if not)
     max_length: int  # tokens per text in the authors' evaluation
@@ -105,6 +113,10 @@ class PublishedModel:
     paper: str
     benchmark: str  # the mteb benchmark the authors evaluate on (mteb.get_benchmark name)
     reported: str  # what the authors report on it (not run here)
+    family: str = ""  # the model family (docs/families.md)
+    dim: int = 0  # embedding dimension (the backbone's hidden size)
+    matryoshka: tuple[int, int] | None = None  # (smallest, largest) truncate_dim the model was trained for
+    contract: str = ""  # the exact embedding contract in words (padding, end token, what is pooled)
 
     @property
     def is_adapter(self) -> bool:
@@ -117,7 +129,10 @@ class PublishedModel:
         return {"query": self.query_instruction, "document": "", "classification": None, "clustering": None}
 
     def instruction_set(self) -> InstructionSet:
-        """The authors' per-task MTEB instructions."""
+        """The authors' per-task MTEB instructions (an empty set when they publish none with their code)."""
+        if self.instructions is None:
+            source = {"repo": self.code, "path": "", "name": "none published", "commit": "", "license": ""}
+            return InstructionSet(name=self.id, source=source, instructions={})
         return instruction_set(self.instructions)
 
     def weight_bytes(self, dtype: str | None = None) -> int:
@@ -147,6 +162,10 @@ _WEB_QUERY = "Given a web search query, retrieve relevant passages that answer t
 # Parameter counts: the architectures' shapes (hidden size, layers, heads, vocabulary, experts) built on
 # the meta device; LoRA r=16 on all seven projections (GIRCSE lora.json) adds about 42M (Mistral) / 40M (Qwen).
 _MISTRAL_7B, _QWEN25_7B, _MIXTRAL_8X7B = 7_241_732_096, 7_615_616_512, 46_702_792_704
+# embedding checkpoints hold the decoder stack without an LM head (Mistral 7B less its 32000 x 4096 head,
+# Llama 3 8B less its 128256 x 4096 head; Qwen3-Embedding: the model cards' counts)
+_MISTRAL_7B_STACK, _LLAMA3_8B_STACK = 7_110_660_096, 7_504_924_672
+_GTE_1_5B, _GTE_7B = 1_780_000_000, 7_613_000_000  # mteb's ModelMeta of the two (mteb/models/gte_models.py)
 # what both authors' evaluations share: bf16 weights, texts cut at 512 tokens, tau 1 (GIRCSE's; unused by
 # GRIT), queries with the MSMARCO instruction
 _SHARED: dict[str, Any] = {"tau": 1.0, "dtype": "bfloat16", "max_length": 512, "query_instruction": _WEB_QUERY}
@@ -174,6 +193,9 @@ def _gircse(model_id: str, base: str, architecture: str, params: int, reported: 
         paper=_GIRCSE_PAPER,
         benchmark="MTEB(eng, v2)",  # embedding/mteb_eval.py
         reported=reported,
+        family="GIRCSE",
+        dim=3584 if architecture == "qwen2" else 4096,
+        contract="soft tokens after 'Instruct: {instruction}\\nQuery:{text}' (no special tokens), left padding",
     )
 
 
@@ -199,6 +221,123 @@ def _gritlm(model_id: str, architecture: str, params: int, reported: str) -> Pub
         paper=_GRIT_PAPER,
         benchmark="MTEB(eng, v1)",  # evaluation/eval_mteb.py: the 56 English tasks of mteb 1.x
         reported=reported,
+        family="GritLM",
+        dim=4096,
+        contract="BOS <|user|>\\n{instruction}\\n<|embed|>\\n{text}, bidirectional, mean over the text",
+    )
+
+
+# what the last-token families' evaluations share: queries get the MSMARCO instruction, documents none
+_LAST_TOKEN: dict[str, Any] = {"method": "last", "pooling": "the last token (the end token), left padding"}
+_LAST_TOKEN |= {"steps": None, "train_steps": None, "tau": 1.0, "normalize_eval": True}
+
+
+def _family(**fields: Any) -> PublishedModel:
+    """A row of a decoder embedder family: full weights (or an adapter on ``base``), single pass."""
+    fields.setdefault("base", None)
+    fields.setdefault("instructions", None)
+    fields.setdefault("query_instruction", _WEB_QUERY)
+    return PublishedModel(**fields)
+
+
+# the Qwen-based families: bf16 weights, texts cut at 8192 tokens as their model cards' snippets do (the
+# models read up to 32k tokens: pass max_length to go further)
+_QWEN_BASED: dict[str, Any] = {**_LAST_TOKEN, "dtype": "bfloat16", "max_length": 8192}
+_QWEN3 = "Qwen3-Embedding"
+_QWEN3_CODE = "https://github.com/QwenLM/Qwen3-Embedding"
+_QWEN3_CONTRACT = (
+    "'Instruct: {instruction}\\nQuery:{text}' (no space after Query:; documents bare) + <|endoftext|>, "
+    "left padding, causal, the last token's state, L2-normalised (Matryoshka: truncate, then normalise)"
+)
+
+
+def _qwen3(size: str, params: int, dim: int, reported: str) -> PublishedModel:
+    # the model card's transformers snippet (get_detailed_instruct, last_token_pool, padding_side="left",
+    # max_length 8192) and sentence-transformers config (prompts, 1_Pooling pooling_mode_lasttoken)
+    return _family(
+        **_QWEN_BASED,
+        id=f"Qwen/Qwen3-Embedding-{size}",
+        summary=f"Qwen3-Embedding {size}: last token, Matryoshka 32-{dim}",
+        prompt_format="qwen3-embedding",
+        attention="causal",
+        architecture="qwen3",
+        params=params,
+        code=_QWEN3_CODE,
+        paper="https://arxiv.org/abs/2506.05176",
+        benchmark="MTEB(Multilingual, v1)",
+        reported=reported,
+        family=_QWEN3,
+        dim=dim,
+        matryoshka=(32, dim),
+        contract=_QWEN3_CONTRACT,
+    )
+
+
+_GTE = "gte-Qwen2-instruct"
+_GTE_CONTRACT = (
+    "'Instruct: {instruction}\\nQuery: {text}' (documents bare) + <|endoftext|> (its tokenizer adds it), "
+    "ATTENTION attention, the last token's state, L2-normalised"
+)
+
+
+def _gte(size: str, params: int, dim: int, attention: str, reported: str) -> PublishedModel:
+    # the model card (sentence-transformers prompts "query", last-token pooling, add_eos_token) and the
+    # attention the authors' remote code runs, as vLLM's tests pin it against sentence-transformers
+    # (docs/families.md: bidirectional for 7B, causal for 1.5B)
+    return _family(
+        **_QWEN_BASED,
+        id=f"Alibaba-NLP/gte-Qwen2-{size}-instruct",
+        summary=f"gte-Qwen2 {size}: last token, {attention}",
+        prompt_format="e5",
+        attention=attention,
+        architecture="qwen2",
+        params=params,
+        code=f"https://huggingface.co/Alibaba-NLP/gte-Qwen2-{size}-instruct",
+        paper="https://arxiv.org/abs/2308.03281",
+        benchmark="MTEB(eng, v1)",
+        reported=reported,
+        family=_GTE,
+        dim=dim,
+        contract=_GTE_CONTRACT.replace("ATTENTION", attention),
+    )
+
+
+_LLM2VEC = "LLM2Vec"
+_LLM2VEC_CODE = "https://github.com/McGill-NLP/llm2vec"
+
+
+def _llm2vec(backbone: str, architecture: str, params: int) -> PublishedModel:
+    # llm2vec/llm2vec.py: instruction.strip() + " " + text tokenized whole (BOS), left padding with EOS,
+    # bidirectional attention (its *BiModel classes), mean over the text tokens only (embed_mask),
+    # max_length 512; the MSMARCO instruction of test_configs/mteb/task_to_instructions.json
+    return _family(
+        id=f"McGill-NLP/LLM2Vec-{backbone}-mntp-supervised",
+        summary=f"LLM2Vec {backbone.split('-Instruct')[0]}: bidirectional, mean of the text",
+        method="mean",
+        prompt_format="llm2vec",
+        attention="bidirectional",
+        pooling="mean over the text tokens (instruction excluded)",
+        steps=None,
+        train_steps=None,
+        tau=1.0,
+        dtype="bfloat16",
+        base=f"McGill-NLP/LLM2Vec-{backbone}-mntp",
+        architecture=architecture,
+        params=params,
+        instructions="llm2vec",
+        query_instruction=_WEB_QUERY + ":",
+        normalize_eval=True,
+        max_length=512,
+        code=_LLM2VEC_CODE,
+        paper="https://arxiv.org/abs/2404.05961",
+        benchmark="MTEB(eng, v1)",
+        reported="see the llm2vec README",
+        family=_LLM2VEC,
+        dim=4096,
+        contract=(
+            "BOS '{instruction} {text}' (documents bare), left padding, bidirectional, mean over the last "
+            "len(tokenize(text)) tokens, L2-normalised"
+        ),
     )
 
 
@@ -211,6 +350,34 @@ PUBLISHED: dict[str, PublishedModel] = {
         _gircse("Roytsai27/GIRCSE-QWEN7B", "Qwen/Qwen2.5-7B", "qwen2", _QWEN25_7B, "see the paper"),
         _gritlm("GritLM/GritLM-7B", "mistral", _MISTRAL_7B, "MTEB 66.8 (gritlm README)"),
         _gritlm("GritLM/GritLM-8x7B", "mixtral", _MIXTRAL_8X7B, "MTEB 65.7 (gritlm README)"),
+        _qwen3("0.6B", 595_776_512, 1024, "MTEB multilingual 64.33 (model card)"),
+        _qwen3("4B", 4_021_774_336, 2560, "MTEB multilingual 69.45 (model card)"),
+        _qwen3("8B", 7_567_295_488, 4096, "MTEB multilingual 70.58 (model card)"),
+        _gte("1.5B", _GTE_1_5B, 1536, "causal", "see the model card"),
+        _gte("7B", _GTE_7B, 3584, "bidirectional", "MTEB 70.24 (56 tasks, model card)"),
+        _family(
+            **_LAST_TOKEN,
+            id="intfloat/e5-mistral-7b-instruct",
+            summary="e5-mistral: last token (EOS), causal",
+            prompt_format="e5",
+            attention="causal",
+            dtype="float16",
+            architecture="mistral",
+            params=_MISTRAL_7B_STACK,
+            max_length=4096,
+            code="https://github.com/microsoft/unilm/tree/master/e5",
+            paper="https://arxiv.org/abs/2401.00368",
+            benchmark="MTEB(eng, v1)",
+            reported="MTEB 66.63 (paper)",
+            family="e5-mistral",
+            dim=4096,
+            contract=(
+                "BOS 'Instruct: {instruction}\\nQuery: {text}' (documents bare) cut at max_length - 1, + EOS, "
+                "causal, the last token's state, L2-normalised"
+            ),
+        ),
+        _llm2vec("Meta-Llama-3-8B-Instruct", "llama", _LLAMA3_8B_STACK),
+        _llm2vec("Mistral-7B-Instruct-v2", "mistral", _MISTRAL_7B_STACK),
     )
 }
 

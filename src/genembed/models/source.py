@@ -42,31 +42,54 @@ class ModelSource:
     name: str | None = None  # the hub id as spelled (the HF cache folder follows the spelling)
 
 
-def resolve_source(model: str | os.PathLike | None, local_files_only: bool = False) -> ModelSource:
+def resolve_source(
+    model: str | os.PathLike | None, local_files_only: bool = False, as_published: str | None = None
+) -> ModelSource:
     """Where ``model`` comes from; a hub id is looked up in the local HF cache (downloaded into it when
     missing and allowed).
+
+    A local folder runs as a published model when ``as_published`` names one (a hub id of
+    :data:`~genembed.models.published.PUBLISHED`), or when it is a snapshot in an HF cache
+    (``.../models--ORG--NAME/snapshots/REV``) of one.
 
     Raises:
         MissingModelError: a hub id that is not cached and cannot be downloaded, or an adapter repo whose
             base model cannot be told.
+        ValueError: ``as_published`` is not a published model's id.
     """
+    named = None
+    if as_published is not None:
+        named = published_model(as_published)
+        if named is None:
+            raise ValueError(f"as_published must be a hub id of `genembed models`, got {as_published!r}")
     if model is None:
         return ModelSource("bundled", None)
     path = Path(os.path.expanduser(str(model)))
     if path.exists() or path.suffix == ".gguf":
         if path.is_dir() and (path / SETTINGS_FILE).is_file():
             return ModelSource("saved", None, folder=path)
+        entry = named or _cached_snapshot_of(path)
+        if entry is not None and path.is_dir():
+            return ModelSource("local", model, folder=path, entry=entry, name=entry.id)
         return ModelSource("local", model)
     folder = hub_snapshot(str(model), local_files_only=local_files_only)
     if (folder / SETTINGS_FILE).is_file():
         return ModelSource("saved", None, folder=folder, name=str(model))
-    entry = published_model(str(model))
+    entry = named or published_model(str(model))
     own_adapter = is_adapter_folder(folder)
     if entry is None and not own_adapter:
         return ModelSource("hub", str(model), name=str(model))
     base = adapter_base(folder, entry.base if entry else None) if own_adapter else str(model)
     kind = "published" if entry is not None else "adapter"
     return ModelSource(kind, base, folder=folder, entry=entry, own_adapter=own_adapter, name=str(model))
+
+
+def _cached_snapshot_of(path: Path) -> PublishedModel | None:
+    """The published model whose HF cache snapshot ``path`` is (``models--ORG--NAME/snapshots/REV``), or None."""
+    parts = path.resolve().parts
+    if len(parts) < 3 or parts[-2] != "snapshots" or not parts[-3].startswith("models--"):
+        return None
+    return published_model(parts[-3].removeprefix("models--").replace("--", "/", 1))
 
 
 def is_adapter_folder(folder: Path) -> bool:

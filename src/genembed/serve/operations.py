@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 
@@ -73,7 +75,23 @@ async def info(state: ServingState = Depends(get_state)) -> Info:
         limits={name: getattr(s, name) for name in (*LIMITS, "max_centering", "max_centering_queue")},
         generation_weights=state.model.generation_weights,
         generation_note=base_weights_note(state.model),
+        **published_contract(state),
     )
+
+
+def published_contract(state: ServingState) -> dict[str, Any]:
+    """``family`` and ``contract`` of ``/info`` for a published model (empty for any other)."""
+    from ..models.published import published_for
+
+    entry = published_for(state.model)
+    if entry is None:
+        return {}
+    settings = state.embed_settings(state.settings.default_steps)
+    contract = {"id": entry.id, "prompt_format": settings.prompt_format, "method": settings.method}
+    contract |= {"attention": settings.attention, "published_method": entry.method, "pooling": entry.pooling}
+    contract |= {"query": state.instructions.get("query", ""), "document": state.instructions.get("document", "")}
+    contract |= {"matryoshka": list(entry.matryoshka) if entry.matryoshka else None, "details": entry.contract}
+    return {"family": entry.family or None, "contract": contract}
 
 
 @keyed.post(

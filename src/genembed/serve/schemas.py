@@ -494,3 +494,9 @@ class Info(BaseModel):
     generation_note: str | None = Field(
         None, description="Set when chat replies come from the raw backbone weights while an adapter is loaded."
     )
+    family: str | None = Field(None, description="The published model family served (`genembed models`), if any.")
+    contract: dict[str, Any] | None = Field(
+        None,
+        description="The family's embedding contract as served: hub id, prompt format, method (pooling), attention, "
+        "query and document instructions, end token and padding in words (docs/families.md).",
+    )
