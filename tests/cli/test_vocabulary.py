@@ -136,6 +136,7 @@ MEANINGS: dict[str, str | None] = {
     "--adapter": "'none'",
     "--api-key": None,
     "--attention": "causal or bidirectional",
+    "--as-published": None,
     "--batch-size": "per forward pass",
     "--benchmark": None,
     "--cache-file": None,
