@@ -39,6 +39,10 @@ documents' center before timing either build):
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rag_quality.py --threads 1
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rag_quality.py --threads 1 --sets wikiqa --build-only
 
+Each set's answered questions go to ``<results>.<set>.rows.jsonl`` as they come: a run stopped part way
+continues after its last answered question when run again with the same options (the file is removed
+once the report is written).
+
 Summaries (means, and each caching variant's paired difference from plain RAG in the same order with
 a 95% bootstrap interval over questions) are recomputed from a file's per-question rows with
 ``--summarize FILE...``.
@@ -207,7 +211,12 @@ def variants(recompute: list[float], names: list[str] | None) -> dict[str, tuple
     return {n: table[n] for n in names}
 
 
-def run_set(model, name: str, questions: list[dict], index, settings: tuple[str, ...], args) -> dict:
+def run_set(
+    model, name: str, questions: list[dict], index, settings: tuple[str, ...], args, rows: RowLog | None = None
+) -> dict:
+    """Answer every question of a set in every variant; with ``rows``, questions answered by an earlier
+    run with the same configuration are read back from it instead (retrieval still runs, so the oracle
+    placement draws stay those of an uninterrupted run) and each new row is appended to it."""
     from genembed.generation.chat import chat_prompt_ids
     from genembed.retrieval.context import Context
     from genembed.retrieval.rag import Source, build_context, generate_from_context, retrieve
@@ -228,6 +237,9 @@ def run_set(model, name: str, questions: list[dict], index, settings: tuple[str,
             place.randrange(len(others) + 1), Source(gold.row, gold.id, gold.doc_id, gold.title, gold.text, "", 0.0)
         )
         passages = {"retrieved": sources[: args.top_k], "oracle": oracle}
+        if rows is not None and n < len(rows.done):
+            per_question.append(rows.done[n])
+            continue
         hit = any(index.chunk(s.row).doc_id in item["gold_ids"] for s in passages["retrieved"])
         gold_ids = tok(item["gold"][0], add_special_tokens=False)["input_ids"]
         row = {"question": item["question"], "gold": item["gold"], "hit": hit}
@@ -254,6 +266,8 @@ def run_set(model, name: str, questions: list[dict], index, settings: tuple[str,
                     "gold_nll": nll,
                 }
         per_question.append(row)
+        if rows is not None:
+            rows.append(row)
         cells = " ".join(f"{v}={row[f'{settings[-1]}/{v}']['f1']:.2f}" for v in table)
         print(f"{name} [{n + 1}/{len(questions)}] hit={hit} {settings[-1]} F1: {cells}", flush=True)
     return {
@@ -275,6 +289,35 @@ def generating(model, *, base: bool):
         yield
     finally:
         model.generation_adapter = saved
+
+
+class RowLog:
+    """The per-question rows of one set written so far, one JSON line each after a header holding the
+    run's configuration: a rerun with the same configuration continues after the last complete row; a
+    rerun with another starts the file over."""
+
+    def __init__(self, path: Path, config: dict):
+        self.path, self.done = path, []
+        header = json.dumps(config, sort_keys=True)
+        lines = path.read_text("utf-8").splitlines() if path.is_file() else []
+        if lines and lines[0] == header:
+            for line in lines[1:]:
+                try:
+                    self.done.append(json.loads(line))
+                except json.JSONDecodeError:  # a row cut short by a crash: answered again
+                    break
+        elif lines:
+            print(f"{path}: written by another configuration; starting over", flush=True)
+        if self.done:
+            print(f"{path}: continuing after {len(self.done)} answered questions", flush=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic = path.with_suffix(".tmp")
+        atomic.write_text(header + "\n" + "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in self.done))
+        atomic.replace(path)
+
+    def append(self, row: dict) -> None:
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
 def plain_reference(variant: str) -> str | None:
@@ -413,7 +456,8 @@ def main() -> None:
                 report["sets"][name] = {"corpus": len(docs), "chunks": len(index), "build": build_stats}
                 continue
             settings = ("retrieved", "oracle") if name == "wikiqa" else ("retrieved",)
-            result = run_set(model, name, questions, index, settings, args)
+            log = RowLog(args.out / f"{run_name(args, model)}.{name}.rows.jsonl", row_config(args, model, name))
+            result = run_set(model, name, questions, index, settings, args, log)
             report["sets"][name] = {
                 "corpus": len(docs),
                 "chunks": len(index),
@@ -423,16 +467,30 @@ def main() -> None:
             }
     report["total_s"] = time.perf_counter() - t0
     args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"{run_name(args, model)}.json"
+    path.write_text(json.dumps(report, indent=2, ensure_ascii=False))
+    for name, result in report["sets"].items():
+        print(name, json.dumps({k: result[k] for k in ("retrieval_hit_rate", "summary", "build") if k in result}))
+    print(f"wrote {path}")
+    for name in args.sets:  # the report holds every row now
+        (args.out / f"{run_name(args, model)}.{name}.rows.jsonl").unlink(missing_ok=True)
+
+
+def run_name(args, model) -> str:
+    """The results file's name (without ``.json``): the method, the model and the options that change rows."""
     suffix = ("default" if args.adapter is None else Path(args.adapter).name) + ("_build" if args.build_only else "")
     suffix += "".join(f"_recompute{share:g}" for share in args.recompute)
     suffix += f"_gen-{model.generation_adapter_name}" if model.generation_adapter_name else ""
     suffix += "_" + "-".join(args.sets) if args.sets != ["wikiqa", "extractive"] else ""
     suffix += "_vs-base" if args.compare_base else ""
-    path = args.out / f"rag_quality_{args.method}_{suffix}.json"
-    path.write_text(json.dumps(report, indent=2, ensure_ascii=False))
-    for name, result in report["sets"].items():
-        print(name, json.dumps({k: result[k] for k in ("retrieval_hit_rate", "summary", "build") if k in result}))
-    print(f"wrote {path}")
+    return f"rag_quality_{args.method}_{suffix}"
+
+
+def row_config(args, model, name: str) -> dict:
+    """What decides one set's rows: a partial rows file continues only under the same."""
+    keys = ("adapter", "generator", "method", "questions", "top_k", "max_new_tokens", "seed", "recompute", "variants")
+    keys += ("compare_base",)
+    return {"set": name, "model": model.name, **{k: getattr(args, k) for k in keys}}
 
 
 def _folder_bytes(path: Path) -> int:

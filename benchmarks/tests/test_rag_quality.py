@@ -92,3 +92,19 @@ def test_squad_set_questions_are_answerable_from_their_own_passage(rag_quality):
         assert q["gold_ids"][0] in text
         assert any(answer in text[q["gold_ids"][0]] for answer in q["gold"]), q["question"]
     assert len({q["question"] for q in questions}) == len(questions)
+
+
+def test_row_log_continues_a_stopped_run_and_restarts_under_other_options(rag_quality, tmp_path):
+    path = tmp_path / "run.squad.rows.jsonl"
+    config = {"set": "squad", "top_k": 2}
+    log = rag_quality.RowLog(path, config)
+    assert log.done == []
+    log.append({"question": "q1", "hit": True})
+    log.append({"question": "q2", "hit": False})
+    with path.open("a") as handle:
+        handle.write('{"question": "q3", "hi')  # a crash in the middle of a row
+    again = rag_quality.RowLog(path, config)
+    assert [r["question"] for r in again.done] == ["q1", "q2"]
+    assert path.read_text().splitlines()[1:] == [json.dumps(r) for r in again.done]  # the torn row is gone
+    other = rag_quality.RowLog(path, {**config, "top_k": 3})
+    assert other.done == [] and path.read_text().splitlines() == [json.dumps({"set": "squad", "top_k": 3})]
