@@ -14,14 +14,14 @@ import torch
 from .backbone.device import resolve_device
 from .backbone.loading import Backbone
 from .encoders.defaults import DEFAULT_MAX_LENGTH
-from .encoders.embedder import encode_texts, to_output, validate_texts
+from .encoders.embedder import encode_texts, validate_texts
 from .encoders.encode_options import EncodeOverrides, split_overrides
 from .encoders.inspect_tokens import SoftTokenStep, inspect_soft_tokens
 from .encoders.instructions import DEFAULT_QUERY_INSTRUCTION, check_prompts, default_prompts, resolve_instruction
 from .encoders.methods import DEFAULT_METHOD, DEFAULT_STEPS, DEFAULT_TAU, SOFT_TOKEN_METHOD, method_rules
+from .encoders.output import OutputPipeline
 from .encoders.prompts import EncodedPrompt
-from .encoders.quantize import check_precision
-from .encoders.settings import EmbedSettings, override_fields
+from .encoders.settings import EmbedSettings, check_truncate_dim, override_fields
 from .encoders.similarity import check_similarity_fn
 from .models.trained_for import TrainedFor, warn_if_untrained
 
@@ -113,7 +113,7 @@ class GenerativeEmbedder:
         settings = self.embed_settings()
         if not isinstance(self.center, bool):
             raise ValueError(f"center must be True or False, got {self.center!r}")
-        _check_truncate_dim(self.truncate_dim)
+        check_truncate_dim(self.truncate_dim)
         prompts = check_prompts(self.prompts)
         if self.default_prompt_name is not None and self.default_prompt_name not in prompts:
             raise ValueError(
@@ -290,12 +290,13 @@ class GenerativeEmbedder:
             default_prompt_name=self.default_prompt_name,
         )
         normalize = True if keywords["normalize_embeddings"] is None else bool(keywords["normalize_embeddings"])
+        output = OutputPipeline.of(
+            self, center=center, truncate_dim=truncate_dim, normalize=normalize, precision=precision
+        )
         changes["batch_size"] = batch_size
         settings = self.embed_settings(**changes) if settings is None else settings.override(**changes)
         method = settings.method
         warn_if_untrained(self.trained_for, self.adapter, settings.method, settings.attention)
-        check_precision(precision)
-        truncate_dim = _check_truncate_dim(self.truncate_dim if truncate_dim is None else truncate_dim)
         if return_all_steps and (not method_rules(method).uses_steps or settings.adaptive):
             raise ValueError(f"return_all_steps needs method={SOFT_TOKEN_METHOD!r} and a fixed number of steps")
         if return_all_steps and precision != "float32":
@@ -312,20 +313,10 @@ class GenerativeEmbedder:
             show_progress_bar=show_progress_bar,
             prompts=prompts,
         )
-        if self.center if center is None else center:
-            from .encoders.centering import apply_center, instruction_center
-
-            shift = instruction_center(self.backbone, settings, instruction, all_steps=return_all_steps)
-            embeddings = apply_center(embeddings, shift)
+        embeddings = output(self.backbone, embeddings, settings, instruction, all_steps=return_all_steps)
         convert_to_numpy = convert_to_numpy and not convert_to_tensor
-        out = to_output(
-            embeddings,
-            normalize=normalize,
-            convert_to_numpy=convert_to_numpy,
-            single=single,
-            truncate_dim=truncate_dim,
-            precision=precision,
-        )
+        out = embeddings[0] if single else embeddings
+        out = out.numpy() if convert_to_numpy else out
         if return_steps_used:
             if used is None:
                 used = torch.full((len(items),), method_rules(method).steps(settings.steps))
@@ -546,15 +537,6 @@ class GenerativeEmbedder:
     def __repr__(self) -> str:
         centered = ", center=True" if self.center else ""
         return f"GenerativeEmbedder({self.name!r}, dim={self.dim}, device={self.device}{centered})"
-
-
-def _check_truncate_dim(truncate_dim: Any) -> int | None:
-    """``truncate_dim`` when it is a positive int or None; ValueError otherwise."""
-    if truncate_dim is not None and (
-        isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int) or truncate_dim < 1
-    ):
-        raise ValueError(f"truncate_dim must be a positive int or None, got {truncate_dim!r}")
-    return truncate_dim
 
 
 def _named_side(kwargs: dict[str, Any], prompts: dict[str, str | None], names: tuple[str, ...]) -> dict[str, Any]:

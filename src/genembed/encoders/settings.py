@@ -26,6 +26,7 @@ __all__ = [
     "EMBEDDING_FIELDS",
     "EmbedSettings",
     "check_given",
+    "check_truncate_dim",
     "override_fields",
 ]
 
@@ -70,6 +71,7 @@ class EmbedSettings:
     query_instruction: str = DEFAULT_QUERY_INSTRUCTION  # indexes: the instruction queries get
     doc_instruction: str = ""  # indexes: the instruction documents get
     center: bool = False  # indexes: subtract each instruction's center (genembed.encoders.centering)
+    truncate_dim: int | None = None  # indexes: keep the first truncate_dim dimensions (None: all)
 
     def __post_init__(self) -> None:
         rules = method_rules(self.method)
@@ -94,6 +96,7 @@ class EmbedSettings:
                 "share_prefix needs a soft-token method (gircse), causal attention and use_cache=True, "
                 f"got method {self.method!r}, attention {attention!r}, use_cache {self.use_cache}"
             )
+        check_truncate_dim(self.truncate_dim)
         object.__setattr__(self, "attention", attention)
         object.__setattr__(self, "prompt_format", prompt_format)
 
@@ -143,10 +146,13 @@ class EmbedSettings:
         return [p.ids for p in self.prompts(tokenizer, texts, self.instruction(kind))]
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields an index manifest records (a method's own prompt format is written as ``""``)."""
+        """The fields an index manifest records (a method's own prompt format is written as ``""``;
+        ``truncate_dim`` only when set, so an index of whole vectors writes what older ones hold)."""
         out = {name: getattr(self, name) for name in _INDEX_FIELDS}
         if out["prompt_format"] == self.rules.prompt_format:
             out["prompt_format"] = ""
+        if self.truncate_dim is not None:
+            out["truncate_dim"] = self.truncate_dim
         return out
 
     @classmethod
@@ -175,6 +181,15 @@ def override_fields(own: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[
         if value is not None and not (key == "prompt_format" and value == ""):
             fields[key] = value
     return fields
+
+
+def check_truncate_dim(truncate_dim: Any) -> int | None:
+    """``truncate_dim`` when it is a positive int or None; ValueError otherwise."""
+    if truncate_dim is not None and (
+        isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int) or truncate_dim < 1
+    ):
+        raise ValueError(f"truncate_dim must be a positive int or None, got {truncate_dim!r}")
+    return truncate_dim
 
 
 def check_given(**given: Any) -> None:
