@@ -28,6 +28,7 @@ from .models.trained_for import TrainedFor, warn_if_untrained
 if TYPE_CHECKING:
     from .generation.rerank import RerankOptions, RerankResult
     from .generation.sampling import SamplingKwargs, SamplingOptions
+    from .generation.weights import GenerationWeights
 
 __all__ = ["DEFAULT_QUERY_INSTRUCTION", "GenerativeEmbedder"]
 
@@ -83,12 +84,11 @@ class GenerativeEmbedder:
         # per-instruction centering by default in encode (genembed.encoders.centering); load() turns it
         # on for the shipped adapter
         self.center = center
-        # generate/rerank with the LoRA adapter (True: a GRIT jointly trained adapter), with the base
-        # weights (False: an embedding-only adapter) or with a generation adapter loaded beside it
-        # ("generation"); see genembed.generation.adapters and docs/grit.md
+        # the weights generate/rerank run on: "base", "adapter" or "generation" (genembed.generation.weights;
+        # load() decides them by its one rule, choose_weights)
         self.generation_adapter_name: str | None = None  # that adapter's name and folder, when loaded
         self.generation_adapter_path: str | None = None
-        self.generation_adapter = False
+        self.generation_adapter = "base"
         self.method, self.steps, self.attention, self.prompt_format = method, steps, attention, prompt_format
         self.max_length = max_length
         self.prompts = check_prompts(default_prompts() if prompts is None else prompts)
@@ -134,25 +134,24 @@ class GenerativeEmbedder:
         return self.backbone.name + (f"+{self.adapter}" if self.adapter else "")
 
     @property
-    def generation_adapter(self) -> bool | str:
-        """The weights chat, reranking and RAG run on: False (the base weights), True (the embedding
-        adapter, for a jointly trained one) or ``"generation"`` (the generation adapter loaded with
-        ``genembed.load(generation_adapter=...)``)."""
+    def generation_adapter(self) -> GenerationWeights:
+        """The weights chat, reranking and RAG run on: ``"base"``, ``"adapter"`` (the embedding adapter, for a
+        jointly trained one) or ``"generation"`` (the generation adapter loaded with
+        ``genembed.load(generation_adapter=...)``); see :mod:`genembed.generation.weights`. Setting True /
+        False, the former spellings of ``"adapter"`` / ``"base"``, still works (deprecated)."""
         return self._generation_adapter
 
     @generation_adapter.setter
-    def generation_adapter(self, value: bool | str) -> None:
-        from .generation.adapters import GENERATION_ADAPTER
+    def generation_adapter(self, value: GenerationWeights | bool) -> None:
+        from .generation.weights import GENERATION, as_weights
 
-        if isinstance(value, str):
-            if value != GENERATION_ADAPTER or self.generation_adapter_name is None:
-                raise ValueError(
-                    f"generation_adapter must be True, False or {GENERATION_ADAPTER!r} with a generation adapter "
-                    f"loaded (genembed.load(generation_adapter=FOLDER)); got {value!r}"
-                )
-        elif not isinstance(value, bool):
-            raise TypeError(f"generation_adapter must be a bool or {GENERATION_ADAPTER!r}, got {type(value).__name__}")
-        self._generation_adapter = value
+        weights = as_weights(value)
+        if weights == GENERATION and self.generation_adapter_name is None:
+            raise ValueError(
+                f"generation_adapter={GENERATION!r} is valid only with a generation adapter loaded "
+                "(genembed.load(generation_adapter=FOLDER)); this model holds none"
+            )
+        self._generation_adapter = weights
 
     @property
     def generation_weights(self) -> str:
