@@ -3,6 +3,7 @@ generation modules, chats and reranks) with the same weights."""
 
 from __future__ import annotations
 
+import copy
 import os
 import warnings
 from collections.abc import Iterator
@@ -13,16 +14,14 @@ import torch
 
 from .backbone.device import resolve_device
 from .backbone.loading import Backbone
-from .encoders.defaults import DEFAULT_MAX_LENGTH
 from .encoders.embedder import encode_texts, validate_texts
 from .encoders.encode_options import EncodeOverrides, split_overrides
 from .encoders.inspect_tokens import SoftTokenStep, inspect_soft_tokens
-from .encoders.instructions import DEFAULT_QUERY_INSTRUCTION, check_prompts, default_prompts, resolve_instruction
-from .encoders.methods import DEFAULT_METHOD, DEFAULT_STEPS, DEFAULT_TAU, SOFT_TOKEN_METHOD, method_rules
-from .encoders.output import OutputPipeline
+from .encoders.instructions import DEFAULT_QUERY_INSTRUCTION, resolve_instruction
+from .encoders.methods import SOFT_TOKEN_METHOD, method_rules
+from .encoders.model_settings import ModelSettings
 from .encoders.prompts import EncodedPrompt
-from .encoders.settings import EmbedSettings, check_truncate_dim, override_fields
-from .encoders.similarity import check_similarity_fn
+from .encoders.settings import EmbedSettings
 from .models.trained_for import TrainedFor, warn_if_untrained
 
 if TYPE_CHECKING:
@@ -42,16 +41,14 @@ class GenerativeEmbedder:
     ``SentenceTransformer`` runs on it.
 
     Attributes:
-        method, steps, attention, prompt_format, tau, max_length, center: the settings ``encode`` uses
-            unless a call says otherwise: what ``genembed.load(...)`` takes by these names and
-            :meth:`save` stores (checked by :meth:`check_settings`). ``pooling`` (read-only) follows
-            from ``method``.
-        prompts: named instructions, :data:`genembed.encoders.instructions.NAMED_INSTRUCTIONS` by
-            default (``query``, ``document``, ``classification``, ``clustering``, ``text-matching``);
-            ``None`` means "the caller's instruction". ``encode(prompt_name="query")`` uses ``prompts["query"]``.
-        default_prompt_name: the prompt ``encode`` uses when given no instruction (None: none).
-        similarity_fn_name: ``"cosine"`` (default), ``"dot"``, ``"euclidean"`` or ``"manhattan"``.
-        truncate_dim: keep only the first ``truncate_dim`` dimensions of every embedding (None: all).
+        settings: what decides the vectors (:class:`~genembed.encoders.model_settings.ModelSettings`:
+            method, steps, attention, prompt format, tau, max_length, centring, truncate_dim, the named
+            instructions ``prompts``, ``default_prompt_name``, ``similarity_fn_name``): what
+            ``genembed.load(...)`` takes by these names and :meth:`save` stores. Each is readable as
+            ``model.method`` etc.; change them with :meth:`with_settings` or by assigning ``model.settings``
+            (assigning ``model.method = "mean"`` still works, deprecated). ``encode`` uses them unless a
+            call says otherwise; ``pooling`` (read-only) follows from ``method``.
+        backbone: the underlying transformers model and tokenizer.
 
     Example:
         >>> model = genembed.load()
@@ -62,71 +59,64 @@ class GenerativeEmbedder:
     """
 
     def __init__(
-        self,
-        backbone: Backbone,
-        *,
-        tau: float = DEFAULT_TAU,
-        adapter: str | None = None,
-        center: bool = False,
-        method: str = DEFAULT_METHOD,
-        steps: int | str = DEFAULT_STEPS,
-        attention: str | None = None,
-        prompt_format: str | None = None,
-        prompts: dict[str, str | None] | None = None,
-        default_prompt_name: str | None = None,
-        similarity_fn_name: str = "cosine",
-        truncate_dim: int | None = None,
-        max_length: int = DEFAULT_MAX_LENGTH,
+        self, backbone: Backbone, *, adapter: str | None = None, settings: ModelSettings | None = None, **fields: Any
     ):
+        """``fields``: :class:`~genembed.encoders.model_settings.ModelSettings` fields by name (or the whole
+        ``settings``, not both)."""
+        if settings is not None and fields:
+            raise TypeError(f"give settings or its fields {sorted(fields)}, not both")
         self.backbone = backbone
-        self.tau = tau
         self.adapter = adapter
-        # per-instruction centering by default in encode (genembed.encoders.centering); load() turns it
-        # on for the shipped adapter
-        self.center = center
+        self.settings = ModelSettings(**fields) if settings is None else settings
         # the weights generate/rerank run on: "base", "adapter" or "generation" (genembed.generation.weights;
         # load() decides them by its one rule, choose_weights)
         self.generation_adapter_name: str | None = None  # that adapter's name and folder, when loaded
         self.generation_adapter_path: str | None = None
         self.generation_adapter = "base"
-        self.method, self.steps, self.attention, self.prompt_format = method, steps, attention, prompt_format
-        self.max_length = max_length
-        self.prompts = check_prompts(default_prompts() if prompts is None else prompts)
-        self.default_prompt_name = default_prompt_name
-        self.similarity_fn_name = similarity_fn_name
-        self.truncate_dim = truncate_dim
-        self.check_settings()
         # what the adapter was trained for (its saved training config; None: unknown or no adapter) and
         # where it lives; load() sets both (genembed.models.trained_for)
         self.trained_for: TrainedFor | None = None
         self.adapter_path: str | None = None
 
+    @property
+    def settings(self) -> ModelSettings:
+        """What decides the vectors (see the class docstring); assigning it replaces them all."""
+        return self._settings
+
+    @settings.setter
+    def settings(self, value: ModelSettings) -> None:
+        if not isinstance(value, ModelSettings):
+            raise TypeError(f"settings must be a ModelSettings, got {type(value).__name__}")
+        self._settings = value
+
+    def with_settings(self, **changes: Any) -> GenerativeEmbedder:
+        """This model with ``changes`` to its :attr:`settings` (checked), as a new object over the same
+        loaded weights: ``model.with_settings(method="mean", steps=3)``.
+
+        Raises:
+            ValueError / TypeError: a bad setting (the message names it); nothing changes.
+        """
+        changed = copy.copy(self)
+        changed.settings = self._settings.replace(**changes)
+        return changed
+
     def check_settings(self) -> EmbedSettings:
-        """Check the settings the model holds (they are plain attributes: ``model.method = "mean"``); return
-        the :class:`~genembed.encoders.settings.EmbedSettings` they give. :meth:`save` calls it before
-        writing anything.
+        """Check the settings again (the named instructions may have been changed in place,
+        ``model.prompts["query"] = ...``); return the :class:`~genembed.encoders.settings.EmbedSettings`
+        they give. :meth:`save` calls it before writing anything.
 
         Raises:
             ValueError: a bad setting (the message names it and, for a name, the valid choices).
             TypeError: ``prompts`` is not a dict of strings to strings or None.
         """
-        settings = self.embed_settings()
-        if not isinstance(self.center, bool):
-            raise ValueError(f"center must be True or False, got {self.center!r}")
-        check_truncate_dim(self.truncate_dim)
-        prompts = check_prompts(self.prompts)
-        if self.default_prompt_name is not None and self.default_prompt_name not in prompts:
-            raise ValueError(
-                f"default_prompt_name {self.default_prompt_name!r} is not in this model's prompts {sorted(prompts)}"
-            )
-        check_similarity_fn(self.similarity_fn_name)
-        return settings
+        self._settings = self._settings.replace()
+        return self.embed_settings()
 
     @property
     def pooling(self) -> str:
         """How the model's method pools (``soft_tokens``, ``mean`` or ``last``; :mod:`genembed.encoders.methods`):
         not a setting of its own, it follows from :attr:`method`."""
-        return method_rules(self.method).pooling
+        return self._settings.pooling
 
     @property
     def name(self) -> str:
@@ -169,15 +159,6 @@ class GenerativeEmbedder:
     @property
     def device(self) -> torch.device:
         return next(self.backbone.model.parameters()).device
-
-    @property
-    def similarity_fn_name(self) -> str:
-        """What :meth:`similarity` computes: ``cosine``, ``dot``, ``euclidean`` or ``manhattan``."""
-        return self._similarity_fn_name
-
-    @similarity_fn_name.setter
-    def similarity_fn_name(self, value: str) -> None:
-        self._similarity_fn_name = check_similarity_fn(value)
 
     def get_sentence_embedding_dimension(self) -> int:
         """The length of the vectors ``encode`` returns (``truncate_dim`` when set, else :attr:`dim`)."""
@@ -289,8 +270,8 @@ class GenerativeEmbedder:
             default_prompt_name=self.default_prompt_name,
         )
         normalize = True if keywords["normalize_embeddings"] is None else bool(keywords["normalize_embeddings"])
-        output = OutputPipeline.of(
-            self, center=center, truncate_dim=truncate_dim, normalize=normalize, precision=precision
+        output = self._settings.output.replace(
+            center=center, truncate_dim=truncate_dim, normalize=normalize, precision=precision
         )
         changes["batch_size"] = batch_size
         settings = self.embed_settings(**changes) if settings is None else settings.override(**changes)
@@ -341,9 +322,7 @@ class GenerativeEmbedder:
         Raises:
             ValueError: a bad setting (the message names it).
         """
-        own = {"method": self.method, "steps": self.steps, "attention": self.attention}
-        own |= {"prompt_format": self.prompt_format, "tau": self.tau, "max_length": self.max_length}
-        return EmbedSettings.build(**override_fields(own, changes))
+        return self._settings.embed_settings(**changes)
 
     def encode_query(self, texts: str | list[str], **kwargs: Any) -> Any:
         """:meth:`encode` with ``prompt_name="query"`` (:data:`DEFAULT_QUERY_INSTRUCTION` unless
@@ -545,3 +524,24 @@ def _named_side(kwargs: dict[str, Any], prompts: dict[str, str | None], names: t
         return kwargs
     side = next((name for name in names if name in prompts), None)
     return {**kwargs, "prompt_name": side}
+
+
+def _setting(name: str) -> property:
+    """``model.<name>``: a field of ``model.settings``; assigning it is the former way to change it (deprecated)."""
+
+    def get(self: GenerativeEmbedder) -> Any:
+        return getattr(self._settings, name)
+
+    def set_(self: GenerativeEmbedder, value: Any) -> None:
+        warnings.warn(
+            f"model.{name} = ... is deprecated: use model.with_settings({name}=...) or assign model.settings",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        self._settings = self._settings.replace(**{name: value})
+
+    return property(get, set_, doc=f"``settings.{name}`` (:class:`~genembed.encoders.model_settings.ModelSettings`).")
+
+
+for _name in ModelSettings.fields_in("encode") + ModelSettings.fields_in(None):
+    setattr(GenerativeEmbedder, _name, _setting(_name))

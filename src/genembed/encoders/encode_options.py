@@ -15,16 +15,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, TypedDict
 
+from .settings import build_keywords, fields_for
+
 __all__ = ["ALIASES", "SETTING_OVERRIDES", "EncodeOverrides", "split_overrides"]
 
 # genembed's name -> sentence-transformers' name of the same keyword (both spellings work; given both, they
 # must agree)
 ALIASES = {"instruction": "prompt", "normalize": "normalize_embeddings"}
 
-# the settings one encode call may change (EmbedSettings fields, ``max_steps`` of steps="auto", and
-# centering); training-only and index-only fields are not among them
-SETTING_OVERRIDES = ("method", "steps", "attention", "prompt_format", "tau", "max_length", "max_steps", "stop_tol")
-SETTING_OVERRIDES += ("use_cache", "fast_path", "share_prefix", "cache_prefix", "batch_tokens", "center")
+# the settings one encode call may change: the EmbedSettings fields marked "call", the keywords
+# EmbedSettings.build takes besides them (``max_steps`` of steps="auto") and the output pipeline's
+# ``center`` (its other fields are encode's own keywords); training-only and index-only fields are not
+# among them
+SETTING_OVERRIDES = (*fields_for("call"), *build_keywords(), "center")
 
 
 class EncodeOverrides(TypedDict, total=False):

@@ -11,6 +11,7 @@ from typing import Any
 from ..backbone.default_model import MissingModelError
 from ..backbone.loading import BUNDLED, load_backbone
 from ..encoders.methods import method_for_pooling
+from ..encoders.model_settings import ModelSettings
 from ..encoders.settings import check_given, override_fields
 from ..model import GenerativeEmbedder
 from .adapters import (
@@ -201,8 +202,12 @@ def _load_saved(
     saved_choice = settings.get("generation_adapter") if saved_weights else None  # as it was saved
     if generator is None and generates is None and (saved_generator / "adapter_config.json").is_file():
         generator, generator_name = saved_generator, settings.get("generation_adapter_name")
-    encode = {key: value for key, value in settings["encode"].items() if key != "center"}
-    extra = {key: settings[key] for key in SAVED_EXTRAS if key in settings}
+    try:
+        saved = ModelSettings.from_dict(settings)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: {exc}") from exc
+    encode = {key: getattr(saved, key) for key in ModelSettings.fields_in("encode") if key != "center"}
+    extra = {key: getattr(saved, key) for key in SAVED_EXTRAS}
     if path is not None and not own:  # another adapter's own settings (what it was trained with) come first
         trained = adapter_settings(path)
         encode = override_fields(encode, {key: v for key, v in trained.items() if key not in SAVED_EXTRAS})
@@ -215,7 +220,7 @@ def _load_saved(
         # the saved weights' centers (its own adapter, or no adapter at all), else the other adapter's
         centers=folder if own or (path is None and not saved_adapter) else path,
         center=center,
-        saved_center=settings["encode"]["center"],
+        saved_center=saved.center,
         generator=generator,
         generator_name=generator_name,
         generates=generates,

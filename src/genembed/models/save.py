@@ -44,7 +44,7 @@ from .. import __version__
 from ..backbone.cache import atomic_directory
 from ..backbone.default_model import DEFAULT_MODEL_HUB_ID
 from ..backbone.loading import BUNDLED
-from ..encoders.defaults import DEFAULT_MAX_LENGTH
+from ..encoders.model_settings import ModelSettings
 from .card import model_card, portable
 from .trained_for import read_training_config
 
@@ -69,11 +69,12 @@ CARD_FILE = "README.md"  # the model card (genembed.models.card)
 BACKBONE_SUBFOLDER = "backbone"
 FORMAT = 2  # genembed.json layout version (2 added encode.max_length)
 _READABLE = (1, 2)  # format 1 lacks encode.max_length: the default, DEFAULT_MAX_LENGTH
-ENCODE_KEYS = ("method", "steps", "attention", "prompt_format", "tau", "center", "truncate_dim", "max_length")
-_OPTIONAL = {"max_length": DEFAULT_MAX_LENGTH}  # encode keys older formats may lack, with their value
-# the settings genembed.json stores besides the encode section and restores on load
-SAVED_EXTRAS = ("prompts", "default_prompt_name", "similarity_fn_name")
-_MODEL_KEYS = (*SAVED_EXTRAS, "generation_adapter", "generation_adapter_name")
+# genembed.json's fields: those of ModelSettings, in its "encode" section or at the top level
+ENCODE_KEYS = ModelSettings.fields_in("encode")
+SAVED_EXTRAS = ModelSettings.fields_in(None)
+# encode keys older formats may lack, with their value (the field's default)
+_OPTIONAL = {"max_length": ModelSettings.__dataclass_fields__["max_length"].default}
+_WEIGHTS_KEYS = ("generation_adapter", "generation_adapter_name")  # which weights generate (not settings)
 
 
 class SavableModel(Protocol):
@@ -136,8 +137,7 @@ def save_model(
             backbone,
             folder,
             adapter=model.adapter if has_adapter else None,
-            encode={key: getattr(model, key) for key in ENCODE_KEYS},
-            extras={key: getattr(model, key) for key in _MODEL_KEYS},
+            saved=model.settings.to_dict() | {key: getattr(model, key) for key in _WEIGHTS_KEYS},
             center=model.center,
             saved_backbone=save_backbone,
         )
@@ -160,15 +160,15 @@ def settings_record(
     folder: Path,
     *,
     adapter: str | None,
-    encode: Mapping[str, Any],
-    extras: Mapping[str, Any] | None = None,
+    saved: Mapping[str, Any],
     center: bool = False,
     saved_backbone: bool = False,
 ) -> dict[str, Any]:
     """What ``genembed.json`` holds for a model whose files go to ``folder``: the backbone by what loads it
     (``saved_backbone``: the copy in ``folder/backbone``; a local folder by its path relative to
-    ``folder``; the bundled default or a hub id by name; None: built in memory), the adapter's name, the
-    ``encode`` settings and the other saved settings (``extras``). ``model.save`` and ``genembed train``
+    ``folder``; the bundled default or a hub id by name; None: built in memory), the adapter's name and
+    ``saved``: the settings (:meth:`ModelSettings.to_dict <genembed.encoders.model_settings.ModelSettings.to_dict>`,
+    at least its ``encode`` section) and which weights generate. ``model.save`` and ``genembed train``
     (beside its adapter) write it."""
     source = backbone.source
     if saved_backbone:
@@ -181,8 +181,7 @@ def settings_record(
         "genembed_version": __version__,
         "backbone": {"name": backbone.name, "source": source},
         "adapter": adapter,
-        "encode": dict(encode),
-        **dict(extras or {}),
+        **dict(saved),
         "calibration_sha256": calibration_digest() if center else None,
     }
 
@@ -204,7 +203,7 @@ def adapter_settings(folder: str | os.PathLike | None) -> dict[str, Any]:
     if folder is None or not (Path(folder) / SETTINGS_FILE).is_file():
         return {}
     settings = read_settings(folder)
-    encode = {key: value for key, value in settings["encode"].items() if key != "center"}
+    encode = {key: value for key, value in settings["encode"].items() if key in ENCODE_KEYS and key != "center"}
     return encode | {key: settings[key] for key in SAVED_EXTRAS if key in settings}
 
 

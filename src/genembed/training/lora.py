@@ -145,8 +145,10 @@ def trained_settings(cfg: Any, backbone: Any, folder: str | os.PathLike) -> dict
     tau; prompts up to the default length, uncentered, whole vectors), in the format ``model.save``
     writes, so ``genembed.load(base, adapter=folder)`` embeds as the adapter was trained
     (:func:`genembed.models.save.adapter_settings`)."""
-    from ..models.save import ENCODE_KEYS, settings_record
+    from ..encoders.model_settings import ModelSettings
+    from ..models.save import settings_record
 
     trained = cfg.embedding.settings()
-    encode = {key: getattr(trained, key) for key in ENCODE_KEYS}
-    return settings_record(backbone, Path(folder), adapter=Path(folder).name, encode=encode)
+    settings = ModelSettings(**{key: getattr(trained, key) for key in ModelSettings.fields_in("encode")})
+    encode = {"encode": settings.to_dict()["encode"]}  # not the named instructions: they stay the package's
+    return settings_record(backbone, Path(folder), adapter=Path(folder).name, saved=encode)
