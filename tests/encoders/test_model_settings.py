@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import genembed
-from genembed.encoders.encode_options import ALIASES, SETTING_OVERRIDES, EncodeOverrides
+from genembed.encoders.encode_options import ALIASES, INPUTS, SETTING_OVERRIDES, EncodeOverrides
 from genembed.encoders.model_settings import ModelSettings
 from genembed.encoders.output import OutputPipeline
 from genembed.encoders.settings import EMBEDDING_FIELDS, EmbedSettings, build_keywords, fields_for
@@ -31,7 +31,7 @@ def test_every_field_list_is_derived_from_the_dataclasses():
     assert (*fields_for("call"), *build_keywords(), "center") == SETTING_OVERRIDES and build_keywords() == (
         "max_steps",
     )
-    assert set(typing.get_type_hints(EncodeOverrides)) == set(ALIASES) | set(SETTING_OVERRIDES)
+    assert set(typing.get_type_hints(EncodeOverrides)) == set(ALIASES) | set(INPUTS) | set(SETTING_OVERRIDES)
     assert ModelSettings.fields_in("encode") == save.ENCODE_KEYS
     assert (
         save.SAVED_EXTRAS == ModelSettings.fields_in(None) == ("prompts", "default_prompt_name", "similarity_fn_name")

@@ -52,12 +52,12 @@ def encode_texts(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Encode texts; return un-normalized embeddings ``(n, D)`` (or ``(n, K, D)`` with
     ``return_all_steps``) in input order, and for adaptive GIRCSE the steps used per text.
-    ``prompts``: the texts' prompts when already tokenized (``settings.prompts``), one per text."""
+    ``prompts``: the texts' prompts when already tokenized (``settings.tokenize``), one per text."""
     if prompts is not None:
         if len(prompts) != len(texts):
             raise ValueError(f"{len(prompts)} prompts for {len(texts)} texts; give one prompt per text")
     else:  # (no texts: no check that max_length leaves room for them)
-        prompts = settings.prompts(backbone.tokenizer, texts, instruction) if texts else []
+        prompts = settings.tokenize(backbone.tokenizer, texts, instruction) if texts else []
     return embed_prompts(backbone, prompts, settings, return_all_steps=return_all_steps, progress=show_progress_bar)
 
 

@@ -145,8 +145,8 @@ class EmbedSettings:
             raise ValueError(f"kind must be 'query' or 'doc', got {kind!r}")
         return self.query_instruction if kind == "query" else self.doc_instruction
 
-    def prompts(self, tokenizer: Any, texts: list[str], instruction: str) -> list[EncodedPrompt]:
-        """The texts' prompts in this prompt format, cut to ``max_length`` (:func:`encode_prompts`)."""
+    def tokenize(self, tokenizer: Any, texts: list[str], instruction: str) -> list[EncodedPrompt]:
+        """The texts' prompts in this prompt format, tokenized and cut to ``max_length`` (:func:`encode_prompts`)."""
         return encode_prompts(
             tokenizer,
             texts,
@@ -157,7 +157,11 @@ class EmbedSettings:
 
     def prompt_ids(self, tokenizer: Any, texts: list[str], kind: str) -> list[list[int]]:
         """Token ids of each text's embedding prompt: the segment it contributes to a RAG context."""
-        return [p.ids for p in self.prompts(tokenizer, texts, self.instruction(kind))]
+        return [p.ids for p in self.tokenize(tokenizer, texts, self.instruction(kind))]
+
+    def prompts(self, tokenizer: Any, texts: list[str], instruction: str) -> list[EncodedPrompt]:
+        """The former name of :meth:`tokenize` (a model's ``prompts`` are its named instructions)."""
+        return self.tokenize(tokenizer, texts, instruction)
 
     def to_dict(self) -> dict[str, Any]:
         """The fields an index manifest records (a method's own prompt format is written as ``""``;

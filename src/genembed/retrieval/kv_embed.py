@@ -58,7 +58,7 @@ def encode_with_kv(
     """
     settings = settings.replace(batch_size=batch_size)
     instruction = settings.instruction(kind)
-    prompts = settings.prompts(backbone.tokenizer, texts, instruction)
+    prompts = settings.tokenize(backbone.tokenizer, texts, instruction)
     kv: list[KV | None] = [None] * len(texts)
 
     def keep(indices: list[int], batch: Any, out: Any) -> None:
