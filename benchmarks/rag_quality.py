@@ -284,7 +284,7 @@ def generating(model, *, base: bool):
         yield
         return
     saved = model.generation_adapter
-    model.generation_adapter = False
+    model.generation_adapter = "base"
     try:
         yield
     finally:

@@ -211,3 +211,14 @@ def test_steps_and_settings_resolve_without_calling_back_into_the_model(tiny_mod
     other = tiny_model.embed_settings(method="gircse", steps=2)
     assert (other.method, other.prompt_format, other.steps, other.adaptive) == ("gircse", "chat", 2, False)
     assert own.override(method="gircse", steps=2) == other
+
+
+def test_tokenized_names_the_prompts_already_tokenized_and_encode_stays_small(tiny_model):
+    import inspect
+
+    prompts = tiny_model.embed_settings().prompts(tiny_model.backbone.tokenizer, TEXTS, "")
+    with pytest.deprecated_call(match=r"encode\(prompts=...\) is deprecated: use tokenized="):
+        former = tiny_model.encode(TEXTS, prompts=prompts)
+    np.testing.assert_array_equal(tiny_model.encode(TEXTS, tokenized=prompts), former)
+    named = [p for p in inspect.signature(tiny_model.encode).parameters.values() if p.kind != p.VAR_KEYWORD]
+    assert len(named) <= 14

@@ -76,7 +76,7 @@ def test_the_default_embeds_and_generates_with_one_set_of_weights():
     import genembed
 
     joint = genembed.load(dtype="float32")
-    assert joint.generation_adapter is True and joint.center is True
+    assert joint.generation_adapter == "adapter" and joint.center is True
     assert joint.adapter_path == genembed.load(adapter="joint", dtype="float32").adapter_path
     for anchor, paraphrase, unrelated in PAIRS:
         emb = joint.encode([anchor, paraphrase, unrelated], instruction="Retrieve semantically similar text.", steps=5)

@@ -186,11 +186,13 @@ def test_eval_centers_come_from_the_cache_on_a_rerun(tiny_model, tmp_path, monke
 
 def test_corpus_encoding_centers_like_the_model(tiny_model, tmp_path):
     from genembed.encoders.corpus import encode_corpus, load_corpus_embeddings
+    from genembed.encoders.output import OutputPipeline
 
     path = tmp_path / "docs.jsonl"
     path.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(TEXTS)), "utf-8")
     options = EmbedSettings.build(steps=2)
-    encode_corpus(tiny_model.backbone, path, tmp_path / "out", options, center=True, show_progress_bar=False)
+    centred = OutputPipeline(center=True)
+    encode_corpus(tiny_model.backbone, path, tmp_path / "out", options, output=centred, show_progress_bar=False)
     _, embeddings = load_corpus_embeddings(tmp_path / "out")
     np.testing.assert_allclose(embeddings, tiny_model.encode(TEXTS, steps=2, center=True), atol=1e-5)
     with pytest.raises(ValueError, match="center differ"):

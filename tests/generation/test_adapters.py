@@ -26,7 +26,7 @@ def pair(chatty):
 
 def test_default_generates_with_base_weights(pair):
     base, adapted = pair
-    assert adapted.generation_adapter is False
+    assert adapted.generation_adapter == "base"
     assert adapted.generate(PROMPT, max_new_tokens=20) == base.generate(PROMPT, max_new_tokens=20)
     assert [r.score for r in adapted.rerank(PROMPT, DOCS)] == pytest.approx(
         [r.score for r in base.rerank(PROMPT, DOCS)]
@@ -56,7 +56,14 @@ def test_a_paused_stream_leaves_the_adapter_enabled(pair):
 
 @pytest.mark.parametrize(
     ("spelling", "expected"),
-    [(None, None), ("base", False), ("BASE", False), ("adapter", True), ("Adapter", True), ("runs/gen", "runs/gen")],
+    [
+        (None, None),
+        ("base", "base"),
+        ("BASE", "base"),
+        ("adapter", "adapter"),
+        ("Adapter", "adapter"),
+        ("runs/gen", "runs/gen"),
+    ],
 )
 def test_generator_choice_spells_load_s_generation_adapter(spelling, expected):
     from genembed.generation.adapters import generator_choice

@@ -125,7 +125,7 @@ def test_load_attaches_saves_and_restores_it(tiny_folder, folders, tmp_path):
     model = genembed.load(tiny_folder, adapter=embedding, generation_adapter=generation)
     assert model.generation_adapter == GENERATION_ADAPTER and model.generation_adapter_name == "gen-lora"
     plain = genembed.load(tiny_folder, adapter=embedding)
-    assert plain.generation_adapter is False
+    assert plain.generation_adapter == "base"
     np.testing.assert_allclose(model.encode(PROMPT, method="mean"), plain.encode(PROMPT, method="mean"), atol=1e-6)
     scores = _scores(model)
     assert scores != pytest.approx(_scores(plain), abs=1e-3)
@@ -139,9 +139,9 @@ def test_load_attaches_saves_and_restores_it(tiny_folder, folders, tmp_path):
     # saved while generating with the base weights: reloaded the same way, the adapter still held
     again.generation_adapter = False
     off = genembed.load(again.save(tmp_path / "saved-off"))
-    assert off.generation_adapter is False and off.generation_adapter_name == "gen-lora"
+    assert off.generation_adapter == "base" and off.generation_adapter_name == "gen-lora"
     assert _scores(off) == pytest.approx(_scores(plain), abs=1e-5)
     # an explicit choice wins over the saved one
-    assert genembed.load(saved, generation_adapter=False).generation_adapter is False
+    assert genembed.load(saved, generation_adapter="base").generation_adapter == "base"
     with pytest.raises(genembed.MissingModelError, match="generation adapter folder .* holds no adapter_config.json"):
         genembed.load(tiny_folder, generation_adapter=tmp_path)

@@ -99,22 +99,26 @@ def test_the_callers_method_brings_its_own_attention_and_prompt_format_over_a_sa
         ("default_prompt_name", "nowhere", r"default_prompt_name 'nowhere' is not in this model's prompts"),
     ],
 )
-def test_save_refuses_an_invalid_setting_before_writing_anything(tiny_model, tmp_path, attribute, value, match):
-    setattr(tiny_model, attribute, value)
+def test_an_invalid_setting_is_refused_when_set(tiny_model, tmp_path, attribute, value, match):
+    before = tiny_model.settings
     with pytest.raises(ValueError, match=match):
-        tiny_model.save(tmp_path / "new")
-    assert not (tmp_path / "new").exists()
+        tiny_model.with_settings(**{attribute: value})
+    with pytest.raises(ValueError, match=match):
+        setattr(tiny_model, attribute, value)  # the former way (deprecated) checks too
+    assert tiny_model.settings is before  # nothing changed
+    assert genembed.load(tiny_model.save(tmp_path / "new")).settings == before
 
 
 def test_a_refused_save_leaves_an_earlier_save_as_it_was(tiny_model, tmp_path):
+    tiny_model.settings = tiny_model.settings.replace(default_prompt_name="query")
     folder = tiny_model.save(tmp_path / "saved")
     before = (folder / "genembed.json").read_text()
-    tiny_model.method = "bogus"
-    with pytest.raises(ValueError, match="method must be one of"):
+    del tiny_model.prompts["query"]  # the named instructions changed in place: checked when saving
+    with pytest.raises(ValueError, match="default_prompt_name 'query' is not in this model's prompts"):
         tiny_model.save(folder)
     assert (folder / "genembed.json").read_text() == before
-    tiny_model.method = "last"
-    assert genembed.load(tiny_model.save(folder)).method == "last"
+    last = tiny_model.with_settings(method="last", default_prompt_name=None)
+    assert genembed.load(last.save(folder)).method == "last"
 
 
 def test_a_format_1_save_without_max_length_still_loads(tiny_model, tmp_path):

@@ -300,6 +300,6 @@ def test_default_model_round_trip(default_model, tmp_path):
     assert settings["backbone"]["source"] == "bundled" and settings["encode"]["center"] is True
     assert "backbone" not in {p.name for p in folder.iterdir()}  # the bundled backbone is referenced
     loaded = genembed.load(folder)
-    assert loaded.name == default_model.name and loaded.center and loaded.generation_adapter is True
+    assert loaded.name == default_model.name and loaded.center and loaded.generation_adapter == "adapter"
     for encode in ("encode_query", "encode_document"):
         np.testing.assert_allclose(getattr(loaded, encode)(TEXTS), getattr(default_model, encode)(TEXTS), atol=1e-6)

@@ -76,7 +76,7 @@ def adapter_dirs(tmp_path, _tiny_backbone):
 def test_encode_warns_for_a_method_the_adapter_was_not_trained_for(adapter_dirs):
     model_dir, adapter = adapter_dirs
     model = genembed.load(model_dir, adapter=adapter)
-    assert model.trained_for.method == "gircse" and model.generation_adapter is False
+    assert model.trained_for.method == "gircse" and model.generation_adapter == "base"
     untrained = r"adapter adapter: .*method='grit' with bidirectional attention is untrained.*Use method='gircse'"
     with pytest.warns(UntrainedAdapterWarning, match=untrained):
         grit = model.encode(TEXTS, method="grit")

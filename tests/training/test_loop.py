@@ -85,9 +85,9 @@ def test_a_jointly_trained_adapter_also_generates_an_embedding_only_one_does_not
     )
     train(run_config(tmp_path / "embed", tiny_folder, train={"max_steps": 1}))
     joint = genembed.load(tiny_folder, adapter=tmp_path / "joint")
-    assert joint.generation_adapter is True and trained_for_generation(tmp_path / "joint")
-    assert genembed.load(tiny_folder, adapter=tmp_path / "embed").generation_adapter is False
-    assert genembed.load(tiny_folder).generation_adapter is False
+    assert joint.generation_adapter == "adapter" and trained_for_generation(tmp_path / "joint")
+    assert genembed.load(tiny_folder, adapter=tmp_path / "embed").generation_adapter == "base"
+    assert genembed.load(tiny_folder).generation_adapter == "base"
     # the shipped default was trained with a next-token loss too: it chats with its own adapter
     assert trained_for_generation(DEFAULT_ADAPTER)
     # a weight of 0 turns the next-token loss off

@@ -70,6 +70,7 @@ def encode(
     """Embed every record of INPUT.jsonl into OUT/shard-*.npy (+ ids); see docs/performance.md."""
     from genembed._files import DamagedFileError
     from genembed.encoders.corpus import encode_corpus
+    from genembed.encoders.output import OutputPipeline
 
     if not input_path.is_file():
         fail(f"input file not found: {input_path}")
@@ -85,8 +86,7 @@ def encode(
             out,
             settings,
             instruction=instruction,
-            normalize=normalize,
-            center=loaded.center,
+            output=OutputPipeline.of(loaded, normalize=normalize),
             shard_size=shard_size,
             text_field=text_field,
             id_field=id_field,

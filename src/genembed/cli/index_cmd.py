@@ -119,7 +119,7 @@ def build(
     except ValueError as exc:
         _fail(str(exc))
     loaded = load_model(model, adapter, dtype, center, device, generator)
-    settings = model_settings(loaded, **given).replace(center=loaded.center)
+    settings = model_settings(loaded, **given).replace(center=loaded.center, truncate_dim=loaded.truncate_dim)
     try:
         index = build_index(
             loaded,

@@ -13,7 +13,7 @@ _MODULES = {  # submodule -> the names it exports here
     "batching": ("Batch", "collate", "length_sorted_batches"),
     "core": ("BatchEmbeddings", "embed_prepared"),
     "defaults": ("DEFAULT_BATCH_SIZE", "DEFAULT_BATCH_TOKENS", "DEFAULT_MAX_LENGTH"),
-    "embedder": ("encode_texts", "to_output", "validate_texts"),
+    "embedder": ("encode_texts", "validate_texts"),
     "inspect_tokens": ("SoftTokenStep", "inspect_soft_tokens"),
     "instructions": ("DEFAULT_QUERY_INSTRUCTION", "default_prompts", "resolve_instruction"),
     "methods": (
@@ -25,6 +25,7 @@ _MODULES = {  # submodule -> the names it exports here
         "MethodRules",
         "method_rules",
     ),
+    "output": ("OutputPipeline",),
     "pooling": ("last_token_pool", "masked_mean"),
     "prompts": ("EncodedPrompt", "PROMPT_FORMATS", "encode_prompts", "prompt_spans"),
     "quantize": ("PRECISIONS", "quantize_embeddings"),

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from .._distributed import barrier, process_group
 from .._files import (
@@ -44,8 +43,8 @@ from .._files import (
     remove_temp_files,
     require_field,
 )
-from .centering import apply_center, instruction_center
 from .embedder import encode_texts
+from .output import OutputPipeline
 from .settings import EMBEDDING_FIELDS, EmbedSettings
 
 __all__ = [
@@ -148,8 +147,7 @@ def encode_corpus(
     settings: EmbedSettings,
     *,
     instruction: str = "",
-    normalize: bool = True,
-    center: bool = False,
+    output: OutputPipeline | None = None,
     shard_size: int = 4096,
     text_field: str = "text",
     id_field: str = "id",
@@ -166,9 +164,10 @@ def encode_corpus(
         out_dir: the output folder (created if needed).
         settings: how to encode (:meth:`EmbedSettings.build`).
         instruction: the instruction for every record ("" for none, as documents usually are).
-        normalize: L2-normalize the embeddings.
-        center: subtract the instruction's center (:mod:`genembed.encoders.centering`), as
-            :meth:`genembed.GenerativeEmbedder.encode` does for a model with ``center=True``.
+        output: what the raw embeddings go through (:class:`~genembed.encoders.output.OutputPipeline`:
+            centring, ``truncate_dim``, normalisation), as :meth:`genembed.GenerativeEmbedder.encode`
+            does; ``OutputPipeline.of(model)`` for a model's own. None: normalised only. Shards are
+            float32: a ``precision`` other than ``float32`` is refused.
         shard_size: records per shard; also the granularity of resuming and of data parallelism.
         text_field, id_field, title_field: record fields (``title_field`` None to ignore titles).
         model_name: recorded in ``config.json`` so a rerun with another model is refused.
@@ -179,9 +178,12 @@ def encode_corpus(
         A :class:`CorpusResult`.
 
     Raises:
-        ValueError: a malformed record (file, line and field named), or an output folder made with
-            other settings.
+        ValueError: a malformed record (file, line and field named), an output folder made with
+            other settings, or an ``output`` precision other than float32.
     """
+    output = OutputPipeline() if output is None else output
+    if output.precision != "float32":
+        raise ValueError(f"corpus shards are float32; got precision {output.precision!r}")
     if shard_size < 1:
         raise ValueError(f"shard_size must be >= 1, got {shard_size}")
     input_path, out_dir = Path(input_path), Path(out_dir)
@@ -196,8 +198,7 @@ def encode_corpus(
             rank=rank,
             world=world,
             instruction=instruction,
-            normalize=normalize,
-            center=center,
+            output=output,
             shard_size=shard_size,
             fields=(text_field, id_field, title_field),
             model_name=model_name or backbone.name,
@@ -215,8 +216,7 @@ def _encode_shards(
     rank: int,
     world: int,
     instruction: str,
-    normalize: bool,
-    center: bool,
+    output: OutputPipeline,
     shard_size: int,
     fields: tuple[str, str, str | None],
     model_name: str,
@@ -231,8 +231,10 @@ def _encode_shards(
         "model": model_name,
         **{name: getattr(settings, name) for name in EMBEDDING_FIELDS},
         "instruction": instruction,
-        "normalize": normalize,
-        **({"center": True} if center else {}),  # absent when off, so older folders still resume
+        "normalize": output.normalize,
+        # absent when off, so older folders still resume
+        **({"center": True} if output.center else {}),
+        **({"truncate_dim": output.truncate_dim} if output.truncate_dim else {}),
         "shard_size": shard_size,
         "fields": list(fields),
         "input_records": total,
@@ -267,10 +269,7 @@ def _encode_shards(
         for shard in todo:
             ids, texts = _take_shard(records, shard, shard_size)
             embeddings, _ = encode_texts(backbone, texts, settings, instruction=instruction, show_progress_bar=False)
-            if center:
-                embeddings = apply_center(embeddings, instruction_center(backbone, settings, instruction))
-            if normalize and embeddings.numel():
-                embeddings = torch.nn.functional.normalize(embeddings, dim=-1)
+            embeddings = output(backbone, embeddings, settings, instruction)
             npy, ids_path = _shard_paths(out_dir, shard)
             atomic_write_json(ids_path, ids, indent=None)
             atomic_write_npy(npy, embeddings.numpy().astype(np.float32))

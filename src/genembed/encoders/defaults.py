@@ -1,6 +1,8 @@
-"""The encoding defaults, each declared here once and read from here (through
-:mod:`genembed.encoders.settings`, which re-exports them) by the library, the CLI, evaluation and
-the server.
+"""The encoding defaults that belong to no method: prompt length, batch size and token budget, each
+declared here once and read from here (through :mod:`genembed.encoders.settings`, which re-exports them)
+by the library, the CLI, evaluation and the server. The defaults of the methods themselves (method,
+steps, tau, max_steps) are declared with the methods, in :mod:`genembed.encoders.methods`; ``stop_tol``'s
+with its field, :class:`genembed.encoders.settings.EmbedSettings`.
 
 They live in a module of their own, below every encoder module, because the prompt builder
 (:mod:`genembed.encoders.prompts`) needs the length too and the settings module imports it.

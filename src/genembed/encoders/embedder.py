@@ -14,7 +14,6 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 
 from .batching import Batch, collate, length_sorted_batches
@@ -22,10 +21,9 @@ from .core import BatchEmbeddings, PrefixLookup, embed_prepared
 from .fast_decoder import FastDecoder
 from .prefix_cache import compute_prefix_states, prefix_cache
 from .prompts import EncodedPrompt
-from .quantize import quantize_embeddings
 from .settings import EmbedSettings
 
-__all__ = ["embed_prompts", "encode_texts", "to_output", "validate_texts"]
+__all__ = ["embed_prompts", "encode_texts", "validate_texts"]
 
 
 def validate_texts(texts: Any) -> tuple[list[str], bool]:
@@ -54,12 +52,12 @@ def encode_texts(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Encode texts; return un-normalized embeddings ``(n, D)`` (or ``(n, K, D)`` with
     ``return_all_steps``) in input order, and for adaptive GIRCSE the steps used per text.
-    ``prompts``: the texts' prompts when already tokenized (``settings.prompts``), one per text."""
+    ``prompts``: the texts' prompts when already tokenized (``settings.tokenize``), one per text."""
     if prompts is not None:
         if len(prompts) != len(texts):
             raise ValueError(f"{len(prompts)} prompts for {len(texts)} texts; give one prompt per text")
     else:  # (no texts: no check that max_length leaves room for them)
-        prompts = settings.prompts(backbone.tokenizer, texts, instruction) if texts else []
+        prompts = settings.tokenize(backbone.tokenizer, texts, instruction) if texts else []
     return embed_prompts(backbone, prompts, settings, return_all_steps=return_all_steps, progress=show_progress_bar)
 
 
@@ -142,26 +140,3 @@ def _prefix_lookup(model: Any, settings: EmbedSettings, fast: FastDecoder | None
     if fast is not None:
         return prefix_cache(model).lookup(model, "fast", fast.prefix_states)
     return prefix_cache(model).lookup(model, "transformers", lambda ids: compute_prefix_states(model, ids))
-
-
-def to_output(
-    embeddings: torch.Tensor,
-    *,
-    normalize: bool,
-    convert_to_numpy: bool,
-    single: bool,
-    truncate_dim: int | None = None,
-    precision: str = "float32",
-) -> np.ndarray | torch.Tensor:
-    """Truncate to the first ``truncate_dim`` dimensions, normalize (L2, last axis), quantize to
-    ``precision`` (:mod:`genembed.encoders.quantize`) and convert, in sentence-transformers' order;
-    a single input string gives one vector."""
-    if truncate_dim is not None:
-        embeddings = embeddings[..., :truncate_dim]
-    if normalize and embeddings.numel():
-        embeddings = torch.nn.functional.normalize(embeddings, dim=-1)
-    if precision != "float32":
-        embeddings = torch.from_numpy(quantize_embeddings(embeddings, precision))
-    if single:
-        embeddings = embeddings[0]
-    return embeddings.numpy() if convert_to_numpy else embeddings

@@ -5,32 +5,44 @@
 overrides of the model's settings (:class:`~genembed.encoders.settings.EmbedSettings` fields such as
 ``steps`` or ``method``, and ``center``), given as keywords (:class:`EncodeOverrides`), or genembed's own
 spelling of a sentence-transformers keyword (:data:`ALIASES`: ``instruction`` is ``prompt``,
-``normalize`` is ``normalize_embeddings``). The few that are neither ``encode`` declares itself:
-``settings`` (a whole settings object), ``prompts`` (the texts already tokenized) and the ``return_*``
-switches.
+``normalize`` is ``normalize_embeddings``), or ``tokenized`` (the texts' prompts already tokenized;
+:data:`INPUTS`). The few that are none of these ``encode`` declares itself: ``settings`` (a whole settings
+object) and the ``return_*`` switches.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any, TypedDict
 
-__all__ = ["ALIASES", "SETTING_OVERRIDES", "EncodeOverrides", "split_overrides"]
+from .prompts import EncodedPrompt
+from .settings import build_keywords, fields_for
+
+__all__ = ["ALIASES", "INPUTS", "SETTING_OVERRIDES", "EncodeOverrides", "split_overrides"]
 
 # genembed's name -> sentence-transformers' name of the same keyword (both spellings work; given both, they
 # must agree)
 ALIASES = {"instruction": "prompt", "normalize": "normalize_embeddings"}
 
-# the settings one encode call may change (EmbedSettings fields, ``max_steps`` of steps="auto", and
-# centering); training-only and index-only fields are not among them
-SETTING_OVERRIDES = ("method", "steps", "attention", "prompt_format", "tau", "max_length", "max_steps", "stop_tol")
-SETTING_OVERRIDES += ("use_cache", "fast_path", "share_prefix", "cache_prefix", "batch_tokens", "center")
+# what encode takes besides the texts and settings: their prompts already tokenized (``prompts``, its former
+# name, is deprecated: a model's ``prompts`` are its named instructions)
+INPUTS = ("tokenized",)
+_FORMER = {"prompts": "tokenized"}
+
+# the settings one encode call may change: the EmbedSettings fields marked "call", the keywords
+# EmbedSettings.build takes besides them (``max_steps`` of steps="auto") and the output pipeline's
+# ``center`` (its other fields are encode's own keywords); training-only and index-only fields are not
+# among them
+SETTING_OVERRIDES = (*fields_for("call"), *build_keywords(), "center")
 
 
 class EncodeOverrides(TypedDict, total=False):
-    """The keywords of :data:`ALIASES` and :data:`SETTING_OVERRIDES` (None or absent: the model's own)."""
+    """The keywords of :data:`ALIASES`, :data:`INPUTS` and :data:`SETTING_OVERRIDES` (None or absent: the
+    model's own)."""
 
     instruction: str | None  # = prompt
+    tokenized: list[EncodedPrompt] | None  # the texts' prompts, already tokenized, one per text
     normalize: bool | None  # = normalize_embeddings
     method: str | None  # a name in genembed.encoders.methods.METHODS
     steps: int | str | None  # GIRCSE's K, or "auto" (adaptive, at most max_steps)
@@ -59,7 +71,12 @@ def split_overrides(overrides: Mapping[str, Any], **keywords: Any) -> tuple[dict
     keywords = dict(keywords)
     changes = {}
     for name, value in overrides.items():
-        if name in ALIASES:
+        if name in _FORMER:
+            warnings.warn(f"encode({name}=...) is deprecated: use {_FORMER[name]}=", DeprecationWarning, stacklevel=3)
+            name = _FORMER[name]
+        if name in INPUTS:
+            keywords[name] = value
+        elif name in ALIASES:
             other = ALIASES[name]
             if value is not None and keywords.get(other) is not None and keywords[other] != value:
                 raise ValueError(f"{name}={value!r} and {other}={keywords[other]!r} disagree; give one of them")
@@ -71,6 +88,6 @@ def split_overrides(overrides: Mapping[str, Any], **keywords: Any) -> tuple[dict
         else:
             raise TypeError(
                 f"encode() got an unexpected keyword argument {name!r}; besides sentence-transformers' keywords it "
-                f"takes the settings {list(SETTING_OVERRIDES)} and the spellings {list(ALIASES)}"
+                f"takes the settings {list(SETTING_OVERRIDES)}, the spellings {list(ALIASES)} and {list(INPUTS)}"
             )
     return keywords, changes

@@ -25,18 +25,26 @@ __all__ = [
     "DEFAULT_MAX_LENGTH",
     "EMBEDDING_FIELDS",
     "EmbedSettings",
+    "build_keywords",
     "check_given",
+    "check_truncate_dim",
+    "fields_for",
     "override_fields",
 ]
 
-# the fields that decide an encoded text's embedding (not batch size, fast path or index-side settings):
-# what centers are memoised under and what a resumable ``genembed encode`` folder records
-EMBEDDING_FIELDS = ("method", "steps", "adaptive", "stop_tol", "attention", "prompt_format", "tau", "max_length")
-EMBEDDING_FIELDS += ("use_cache",)
+# What each field is for, marked on the field itself (``_field(default, *roles)``); every list of fields is
+# read from these marks (:func:`fields_for`), none written out elsewhere:
+# - "vector": decides an encoded text's embedding (not batch size, fast path or index-side settings): what
+#   centers are memoised under and what a resumable ``genembed encode`` folder records (EMBEDDING_FIELDS);
+# - "index": what an index manifest records (``embed``; older manifests hold these keys, truncate_dim only
+#   when set);
+# - "call": what one ``encode`` call may change (genembed.encoders.encode_options.SETTING_OVERRIDES);
+# - "train": what a training run's YAML ``embedding:`` section holds (genembed.training.config).
+_ROLES = ("vector", "index", "call", "train")
 
-# what an index manifest records (``embed``); older manifests hold exactly these keys
-_INDEX_FIELDS = ("method", "steps", "attention", "prompt_format", "tau", "max_length")
-_INDEX_FIELDS += ("query_instruction", "doc_instruction", "center")
+
+def _field(default: Any, *roles: str) -> Any:
+    return dataclasses.field(default=default, metadata={"roles": roles})
 
 
 @dataclass(frozen=True)
@@ -47,29 +55,37 @@ class EmbedSettings:
         ValueError: an unknown method, attention or prompt format, or a value out of range.
     """
 
-    method: str = DEFAULT_METHOD  # a name in genembed.encoders.methods.METHODS
-    steps: int = DEFAULT_STEPS  # K soft tokens (soft-token methods); with ``adaptive`` the cap
-    adaptive: bool = False  # stop each text when cos(z_k, z_{k-1}) > stop_tol
-    stop_tol: float = 0.999
-    attention: str | None = None  # None: the method's (causal unless the method fixes it)
-    prompt_format: str | None = None  # one of PROMPT_FORMATS (chat, plain, gircse, gritlm); None or "": the method's
-    tau: float = DEFAULT_TAU  # soft-token softmax temperature
-    max_length: int = DEFAULT_MAX_LENGTH  # tokens per prompt (instruction and template included); longer texts are cut
-    batch_size: int = DEFAULT_BATCH_SIZE  # texts per forward pass (changes no embedding)
+    # a name in genembed.encoders.methods.METHODS
+    method: str = _field(DEFAULT_METHOD, "vector", "index", "call", "train")
+    # K soft tokens (soft-token methods); with ``adaptive`` the cap
+    steps: int = _field(DEFAULT_STEPS, "vector", "index", "call", "train")
+    adaptive: bool = _field(False, "vector")  # stop each text when cos(z_k, z_{k-1}) > stop_tol
+    stop_tol: float = _field(0.999, "vector", "call")
+    # None: the method's (causal unless the method fixes it)
+    attention: str | None = _field(None, "vector", "index", "call", "train")
+    # one of PROMPT_FORMATS (chat, plain, gircse, gritlm); None or "": the method's
+    prompt_format: str | None = _field(None, "vector", "index", "call", "train")
+    tau: float = _field(DEFAULT_TAU, "vector", "index", "call", "train")  # soft-token softmax temperature
+    # tokens per prompt (instruction and template included); longer texts are cut
+    max_length: int = _field(DEFAULT_MAX_LENGTH, "vector", "index", "call")
+    batch_size: int = _field(DEFAULT_BATCH_SIZE)  # texts per forward pass (changes no embedding)
     # short texts fill a batch past batch_size while rows x padded tokens fit (0: batch_size texts per batch)
-    batch_tokens: int = DEFAULT_BATCH_TOKENS
-    use_cache: bool = True  # KV-cached soft tokens; False recomputes the sequence every step (reference)
-    fast_path: bool = True  # the CPU inference fast path where it applies (genembed.encoders.fast_decoder)
+    batch_tokens: int = _field(DEFAULT_BATCH_TOKENS, "call")
+    # KV-cached soft tokens; False recomputes the sequence every step (reference)
+    use_cache: bool = _field(True, "vector", "call", "train")
+    # the CPU inference fast path where it applies (genembed.encoders.fast_decoder)
+    fast_path: bool = _field(True, "call")
     # soft tokens on the transformers path: each instruction's prefix computed once per batch (same
     # embeddings up to rounding; genembed.encoders.shared_prefix); causal attention only
-    share_prefix: bool = False
+    share_prefix: bool = _field(False, "call", "train")
     # inference (no gradients), causal attention: each prefix's states (template and instruction before the
     # text) computed once and kept in the model's bounded cache (same embeddings up to rounding;
     # genembed.encoders.prefix_cache); False runs every prompt whole
-    cache_prefix: bool = True
-    query_instruction: str = DEFAULT_QUERY_INSTRUCTION  # indexes: the instruction queries get
-    doc_instruction: str = ""  # indexes: the instruction documents get
-    center: bool = False  # indexes: subtract each instruction's center (genembed.encoders.centering)
+    cache_prefix: bool = _field(True, "call")
+    query_instruction: str = _field(DEFAULT_QUERY_INSTRUCTION, "index")  # indexes: the instruction queries get
+    doc_instruction: str = _field("", "index")  # indexes: the instruction documents get
+    center: bool = _field(False, "index")  # indexes: subtract each instruction's center (genembed.encoders.centering)
+    truncate_dim: int | None = _field(None, "index")  # indexes: keep the first truncate_dim dimensions (None: all)
 
     def __post_init__(self) -> None:
         rules = method_rules(self.method)
@@ -94,6 +110,7 @@ class EmbedSettings:
                 "share_prefix needs a soft-token method (gircse), causal attention and use_cache=True, "
                 f"got method {self.method!r}, attention {attention!r}, use_cache {self.use_cache}"
             )
+        check_truncate_dim(self.truncate_dim)
         object.__setattr__(self, "attention", attention)
         object.__setattr__(self, "prompt_format", prompt_format)
 
@@ -128,8 +145,8 @@ class EmbedSettings:
             raise ValueError(f"kind must be 'query' or 'doc', got {kind!r}")
         return self.query_instruction if kind == "query" else self.doc_instruction
 
-    def prompts(self, tokenizer: Any, texts: list[str], instruction: str) -> list[EncodedPrompt]:
-        """The texts' prompts in this prompt format, cut to ``max_length`` (:func:`encode_prompts`)."""
+    def tokenize(self, tokenizer: Any, texts: list[str], instruction: str) -> list[EncodedPrompt]:
+        """The texts' prompts in this prompt format, tokenized and cut to ``max_length`` (:func:`encode_prompts`)."""
         return encode_prompts(
             tokenizer,
             texts,
@@ -140,13 +157,20 @@ class EmbedSettings:
 
     def prompt_ids(self, tokenizer: Any, texts: list[str], kind: str) -> list[list[int]]:
         """Token ids of each text's embedding prompt: the segment it contributes to a RAG context."""
-        return [p.ids for p in self.prompts(tokenizer, texts, self.instruction(kind))]
+        return [p.ids for p in self.tokenize(tokenizer, texts, self.instruction(kind))]
+
+    def prompts(self, tokenizer: Any, texts: list[str], instruction: str) -> list[EncodedPrompt]:
+        """The former name of :meth:`tokenize` (a model's ``prompts`` are its named instructions)."""
+        return self.tokenize(tokenizer, texts, instruction)
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields an index manifest records (a method's own prompt format is written as ``""``)."""
-        out = {name: getattr(self, name) for name in _INDEX_FIELDS}
+        """The fields an index manifest records (a method's own prompt format is written as ``""``;
+        ``truncate_dim`` only when set, so an index of whole vectors writes what older ones hold)."""
+        out = {name: getattr(self, name) for name in fields_for("index")}
         if out["prompt_format"] == self.rules.prompt_format:
             out["prompt_format"] = ""
+        if out["truncate_dim"] is None:
+            del out["truncate_dim"]
         return out
 
     @classmethod
@@ -156,6 +180,26 @@ class EmbedSettings:
         if method_rules(known.get("method", DEFAULT_METHOD)).fixed_attention:
             known.pop("attention", None)  # older manifests may hold the unused default, causal
         return cls(**known)
+
+
+def fields_for(role: str) -> tuple[str, ...]:
+    """The :class:`EmbedSettings` fields marked with ``role`` (one of ``"vector"``, ``"index"``, ``"call"``,
+    ``"train"``; see the comment above the class), in their order."""
+    if role not in _ROLES:
+        raise ValueError(f"role must be one of {_ROLES}, got {role!r}")
+    return tuple(f.name for f in dataclasses.fields(EmbedSettings) if role in f.metadata["roles"])
+
+
+def build_keywords() -> tuple[str, ...]:
+    """The keywords :meth:`EmbedSettings.build` takes besides the fields (``max_steps``)."""
+    import inspect
+
+    names = inspect.signature(EmbedSettings.build).parameters
+    return tuple(n for n in names if n not in EmbedSettings.__dataclass_fields__ and n not in ("cls", "fields"))
+
+
+# the fields that decide an encoded text's embedding: what centers are memoised under
+EMBEDDING_FIELDS = fields_for("vector")
 
 
 def override_fields(own: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
@@ -175,6 +219,15 @@ def override_fields(own: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[
         if value is not None and not (key == "prompt_format" and value == ""):
             fields[key] = value
     return fields
+
+
+def check_truncate_dim(truncate_dim: Any) -> int | None:
+    """``truncate_dim`` when it is a positive int or None; ValueError otherwise."""
+    if truncate_dim is not None and (
+        isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int) or truncate_dim < 1
+    ):
+        raise ValueError(f"truncate_dim must be a positive int or None, got {truncate_dim!r}")
+    return truncate_dim
 
 
 def check_given(**given: Any) -> None:

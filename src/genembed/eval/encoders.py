@@ -10,6 +10,7 @@ import numpy as np
 
 from ..encoders.defaults import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH
 from ..encoders.methods import DEFAULT_METHOD, DEFAULT_STEPS, SOFT_TOKEN_METHOD, method_rules
+from ..encoders.output import OutputPipeline
 from ..encoders.settings import EmbedSettings
 from ._fingerprint import code_fingerprint, digest, folder_fingerprint, tensors_fingerprint
 
@@ -40,7 +41,8 @@ class GenembedEncoder:
 
     Args:
         model: the loaded model (``genembed.load()``).
-        method: ``gircse``, ``mean``, ``last`` or ``grit``.
+        method: ``gircse``, ``mean``, ``last`` or ``grit``; None: the model's own (with its steps,
+            attention and prompt format unless given).
         steps: GIRCSE soft-token counts to report (e.g. ``(1, 3, 5, 10, 20)``; default ``DEFAULT_STEPS``); gircse only.
         attention, prompt_format, max_length, batch_size: as in :meth:`GenerativeEmbedder.encode`.
         center: per-instruction centering (:mod:`genembed.encoders.centering`); None: the model's
@@ -52,7 +54,7 @@ class GenembedEncoder:
         self,
         model: Any,
         *,
-        method: str = DEFAULT_METHOD,
+        method: str | None = None,
         steps: int | str | Sequence[int] | None = None,
         attention: str | None = None,
         prompt_format: str | None = None,
@@ -63,7 +65,15 @@ class GenembedEncoder:
         self.model = model
         if max_length is None:  # the model's (genembed.load(max_length=...)), else the default
             max_length = getattr(model, "max_length", DEFAULT_MAX_LENGTH)
-        self.center = bool(getattr(model, "center", False)) if center is None else center
+        # the model's output steps (its centring unless ``center`` says otherwise, its truncate_dim), which
+        # TextEmbedder applies to the raw embeddings the cache holds
+        self.output = OutputPipeline.of(model, center=center)
+        if method is None:  # the model's (what it was saved or trained with)
+            method = getattr(model, "method", DEFAULT_METHOD)
+            own_steps = getattr(model, "steps", None) if method_rules(method).uses_steps else None
+            steps = own_steps if steps is None and isinstance(own_steps, int) else steps
+            attention = getattr(model, "attention", None) if attention is None else attention
+            prompt_format = getattr(model, "prompt_format", None) if prompt_format is None else prompt_format
         if not method_rules(method).uses_steps and steps is not None:
             raise ValueError(f"steps apply only to method {SOFT_TOKEN_METHOD!r}, not {method!r}")
         self.steps = parse_steps(DEFAULT_STEPS if steps is None else steps)
@@ -78,6 +88,11 @@ class GenembedEncoder:
             batch_size=batch_size,
         )
         self.views: tuple[int, ...] = self.steps if method_rules(method).uses_steps else ()
+
+    @property
+    def center(self) -> bool:
+        """Whether embeddings are centred (:attr:`output`)."""
+        return self.output.center
 
     @property
     def name(self) -> str:
@@ -140,7 +155,9 @@ class GenembedEncoder:
             batch_size=o.batch_size,
             show_progress_bar=False,
             return_all_steps=all_steps,
-            center=False,  # raw embeddings for the cache; center_for gives the shift
+            # raw embeddings (normalised, whole) for the cache; TextEmbedder applies self.output after it
+            center=False,
+            truncate_dim=self.model.dim,
         )
 
     def calibration_texts(self) -> tuple[str, ...] | None:

@@ -59,9 +59,7 @@ class TextEmbedder:
         unique = list(dict.fromkeys(texts))
         self.stats["texts"] += len(texts)
         table = self._normalised(unique, instruction, desc, record=True)  # (n_unique, V, D)
-        shift = self._center(instruction)
-        if shift is not None:  # centering is applied after the cache, which holds raw embeddings
-            table = l2_normalize(table - shift[None])
+        table = self._output(table, self._center(instruction))  # after the cache, which holds raw embeddings
         position = {text: i for i, text in enumerate(unique)}
         return table[[position[t] for t in texts]]
 
@@ -77,6 +75,18 @@ class TextEmbedder:
         if len(dims) > 1:
             raise ValueError(f"embeddings of different sizes {sorted(dims)} for one encoder; clear the cache")
         return l2_normalize(np.stack([found[i] for i in range(len(unique))]))
+
+    def _output(self, table: np.ndarray, shift: np.ndarray | None) -> np.ndarray:
+        """``(n, V, D)`` normalised raw embeddings through the encoder's output steps
+        (:class:`~genembed.encoders.output.OutputPipeline`: centre by ``shift``, truncate, normalise), or
+        centred by ``shift`` for an encoder without them."""
+        output = getattr(self.encoder, "output", None)
+        if output is not None:
+            import torch
+
+            centre = None if shift is None else torch.from_numpy(shift)
+            return output.apply(torch.from_numpy(table), centre).numpy()
+        return table if shift is None else l2_normalize(table - shift[None])
 
     def _center(self, instruction: str) -> np.ndarray | None:
         """The ``(V, D)`` shift for ``instruction``, or None without centering.

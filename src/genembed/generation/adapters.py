@@ -3,11 +3,9 @@
 An adapter trained only for embeddings (contrastive or ICR training) changes what the model says; a
 GRIT jointly trained adapter is meant for both modes; a *generation adapter* is a second LoRA adapter
 loaded beside the embedding one (:func:`attach_generation_adapter`) that only generation uses.
-``GenerativeEmbedder.generation_adapter`` chooses:
-
-- ``False`` (default for an embedding-only adapter): chat, reranking and RAG run on the base weights;
-- ``True``: they run with the embedding adapter (a jointly trained one);
-- ``"generation"`` (:data:`GENERATION_ADAPTER`): they run with the generation adapter alone.
+``GenerativeEmbedder.generation_adapter`` names the weights (:mod:`genembed.generation.weights`: the type
+and the one rule that picks them): ``"base"``, ``"adapter"`` or ``"generation"``. This module switches
+the model to them (:func:`adapter_mode`) and names them for the user.
 
 Embedding always uses the embedding adapter (or the base weights when there is none).
 """
@@ -21,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .._peft import quiet_peft
+from .weights import ADAPTER, BASE, GENERATION
 
 __all__ = [
     "GENERATION_ADAPTER",
@@ -36,27 +35,28 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-# the peft name of the generation adapter; the embedding adapter keeps peft's "default"
-GENERATION_ADAPTER = "generation"
+# the peft name of the generation adapter (the name of its weights too); the embedding adapter keeps peft's
+# "default"
+GENERATION_ADAPTER = GENERATION
 _LAYERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # peft model -> its LoRA layers, or None
 
 
-def generator_choice(spelling: str | None) -> bool | str | None:
-    """A command line's ``--generator`` as :func:`genembed.load`'s ``generation_adapter``: ``"base"`` (any
-    case) is False (the base weights), ``"adapter"`` True (the embedding adapter), anything else a generation
-    adapter's folder or shipped name, kept as given; None (not given) stays None (load's default)."""
+def generator_choice(spelling: str | None) -> str | None:
+    """A command line's ``--generator`` as :func:`genembed.load`'s ``generation_adapter``: ``"base"`` or
+    ``"adapter"`` (any case) name the weights (:mod:`genembed.generation.weights`), anything else is a
+    generation adapter's folder or shipped name, kept as given; None (not given) stays None (load's default)."""
     if spelling is None:
         return None
-    return {"base": False, "adapter": True}.get(spelling.lower(), spelling)
+    return spelling.lower() if spelling.lower() in (BASE, ADAPTER) else spelling
 
 
 def generating_adapter(model: Any) -> str | None:
-    """The adapter ``model`` (a :class:`~genembed.GenerativeEmbedder`) generates with: None for the base
+    """The peft adapter ``model`` (a :class:`~genembed.GenerativeEmbedder`) generates with: None for the base
     weights, ``"default"`` for its embedding adapter, :data:`GENERATION_ADAPTER` for a generation adapter."""
-    choice = getattr(model, "generation_adapter", False)
-    if isinstance(choice, str):
-        return choice
-    return "default" if choice and getattr(model, "adapter", None) else None
+    weights = getattr(model, "generation_adapter", BASE)
+    if weights == GENERATION:
+        return GENERATION_ADAPTER
+    return "default" if weights == ADAPTER and getattr(model, "adapter", None) else None
 
 
 class BaseWeightsWarning(UserWarning):
@@ -76,16 +76,16 @@ def generation_weights_label(model: Any) -> str:
 
 def base_weights_note(model: Any) -> str | None:
     """One line for the user when ``model`` generates with the raw backbone's weights although an adapter
-    is loaded (``generation_adapter`` False: the adapter is for embeddings only, or was switched off for
-    generation), naming the better choice; None otherwise (no adapter, or one that generates)."""
+    is loaded (``generation_adapter`` ``"base"``: the adapter is for embeddings only, or was switched off
+    for generation), naming the better choice; None otherwise (no adapter, or one that generates)."""
     adapter = getattr(model, "adapter", None)
-    if not adapter or getattr(model, "generation_adapter", False) is not False:
+    if not adapter or getattr(model, "generation_adapter", BASE) != BASE:
         return None
     trained_for = getattr(model, "trained_for", None)
     if trained_for is not None and trained_for.generation:  # a jointly trained adapter, switched off
         return (
             f"note: replies come from the raw backbone weights, not from adapter {adapter}, which was trained to "
-            "generate too: use --generator adapter (model.generation_adapter = True)"
+            "generate too: use --generator adapter (model.generation_adapter = 'adapter')"
         )
     return (
         f"note: replies come from the raw backbone weights (adapter {adapter} is trained for embeddings only); "
@@ -102,13 +102,15 @@ def same_weights(model: Any) -> bool:
 def adapter_mode(model: Any, use_adapter: bool | str | None) -> contextlib.AbstractContextManager:
     """A context in which ``model`` (a transformers/peft model) runs with the weights ``use_adapter`` names.
 
-    ``True``: as it embeds (its embedding adapter, if any); ``False``/None: the base weights, every adapter
-    off; a string: that peft adapter alone (:data:`GENERATION_ADAPTER`). A model without an adapter is
-    unaffected by True/False. For LoRA-style adapters the layers' switches are flipped directly (the
-    layers are found once per model): peft's ``disable_adapter()`` first inspects every module's status,
-    about 0.1 s for SmolLM2-135M, which generation pays per token. Other adapter types go through
-    ``disable_adapter()`` and cannot be named.
+    ``"adapter"`` (or True): as it embeds (its embedding adapter, if any); ``"base"`` (or False/None): the
+    base weights, every adapter off; another string: that peft adapter alone (:data:`GENERATION_ADAPTER`).
+    A model without an adapter is unaffected by ``"adapter"``/``"base"``. For LoRA-style adapters the
+    layers' switches are flipped directly (the layers are found once per model): peft's
+    ``disable_adapter()`` first inspects every module's status, about 0.1 s for SmolLM2-135M, which
+    generation pays per token. Other adapter types go through ``disable_adapter()`` and cannot be named.
     """
+    if use_adapter in (BASE, ADAPTER):  # the weights by name (genembed.generation.weights)
+        use_adapter = use_adapter == ADAPTER
     if isinstance(use_adapter, str):
         layers = _layers(model)
         if layers is None:

@@ -90,17 +90,21 @@ def adapter_name(adapter: str | os.PathLike, folder: Path) -> str:
 
 def resolve_generator(
     choice: str | os.PathLike | bool | None, local_files_only: bool = False
-) -> tuple[Path | None, bool | None]:
-    """``load``'s ``generation_adapter`` argument as ``(folder, generates)``: a folder or shipped name is a
-    generation adapter to load beside the embedding one (``(folder, None)``), a bool says which weights
-    generate (``(None, choice)``), None leaves both to the model (``(None, None)``).
+) -> tuple[Path | None, str | bool | None]:
+    """``load``'s ``generation_adapter`` argument as ``(folder, asked)``: a folder or shipped name is a
+    generation adapter to load beside the embedding one, which asks for ``"generation"``; one of
+    :data:`~genembed.generation.weights.WEIGHTS` (or a bool, their former spelling) names the weights
+    (``(None, choice)``); None leaves them to the rule (``(None, None)``;
+    :func:`~genembed.generation.weights.choose_weights`).
 
     Raises:
         MissingModelError / DamagedFileError: the folder holds no readable LoRA adapter.
     """
-    if choice is None or isinstance(choice, bool):
-        return None, choice
-    return adapter_folder(resolve_adapter(choice, local_files_only), "generation adapter folder"), None
+    from ..generation.weights import GENERATION, WEIGHTS
+
+    if choice is None or isinstance(choice, bool) or choice in WEIGHTS:
+        return None, choice  # type: ignore[return-value]
+    return adapter_folder(resolve_adapter(choice, local_files_only), "generation adapter folder"), GENERATION
 
 
 def trained_for_generation(adapter_path: str | os.PathLike) -> bool:

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..backbone.loading import Backbone
 from ..encoders.centering import load_centers
+from ..generation.weights import choose_weights
 from ..model import GenerativeEmbedder
 from .adapters import attach_adapter
 from .trained_for import read_trained_for
@@ -55,7 +56,8 @@ def assemble(
     shipped: bool = False,
     generator: Path | None = None,
     generator_name: str | None = None,
-    generates: bool | str | None = None,
+    generates: str | bool | None = None,
+    saved_generates: str | bool | None = None,
     where: str | None = None,
 ) -> GenerativeEmbedder:
     """Put a model together.
@@ -72,9 +74,9 @@ def assemble(
             centers ``centers`` held).
         generator: a generation adapter's folder, attached beside the embedding one (None: none), and
             ``generator_name`` what the model calls it.
-        generates: the weights that generate (``model.generation_adapter``): True, False or
-            ``"generation"``; None: the generation adapter when one is attached, else the embedding
-            adapter when it was trained for generation too (its saved training config), else the base.
+        generates, saved_generates: the weights that generate (``model.generation_adapter``) as the caller
+            asked and as a saved model was saved (None: not said), decided with the generation adapter and
+            the embedding adapter's training by :func:`~genembed.generation.weights.choose_weights`.
         where: what to name in a settings error (a saved model's ``genembed.json``).
 
     Raises:
@@ -91,13 +93,13 @@ def assemble(
     model.adapter_path = str(adapter.resolve()) if adapter is not None else None
     model.trained_for = read_trained_for(adapter) if adapter is not None else None
     if generator is not None:
-        from ..generation.adapters import GENERATION_ADAPTER, attach_generation_adapter
+        from ..generation.adapters import attach_generation_adapter
 
         attach_generation_adapter(backbone, generator)
         model.generation_adapter_name = generator_name or generator.resolve().name
         model.generation_adapter_path = str(generator.resolve())
-        generates = GENERATION_ADAPTER if generates is None else generates
-    if generates is None:
-        generates = bool(model.trained_for and model.trained_for.generation)
-    model.generation_adapter = generates
+    joint = bool(model.trained_for and model.trained_for.generation)
+    model.generation_adapter = choose_weights(
+        generates, saved=saved_generates, generator=generator is not None, joint=joint
+    )
     return model

@@ -11,6 +11,7 @@ from typing import Any
 from ..backbone.default_model import MissingModelError
 from ..backbone.loading import BUNDLED, load_backbone
 from ..encoders.methods import method_for_pooling
+from ..encoders.model_settings import ModelSettings
 from ..encoders.settings import check_given, override_fields
 from ..model import GenerativeEmbedder
 from .adapters import (
@@ -21,16 +22,12 @@ from .adapters import (
     resolve_generator,
 )
 from .assemble import assemble
-from .save import BACKBONE_SUBFOLDER, SETTINGS_FILE, calibration_digest, read_settings
+from .save import BACKBONE_SUBFOLDER, SAVED_EXTRAS, SETTINGS_FILE, adapter_settings, calibration_digest, read_settings
 from .source import ModelSource, resolve_source
-from .trained_for import read_trained_for
 
 __all__ = ["load"]
 
 logger = logging.getLogger(__name__)
-
-# the settings genembed.json stores besides the encode section (restored on load)
-_SAVED_EXTRAS = ("prompts", "default_prompt_name", "similarity_fn_name")
 
 
 def load(
@@ -48,7 +45,7 @@ def load(
     max_length: int | None = None,
     truncate_dim: int | None = None,
     center: bool | None = None,
-    generation_adapter: str | os.PathLike | bool | None = None,
+    generation_adapter: str | os.PathLike | None = None,
     local_files_only: bool = False,
     device_map: Any = None,
     quantization: str | None = None,
@@ -78,11 +75,13 @@ def load(
             the bundled default, a saved model's own adapter, a published or adapter repo's own adapter,
             none for any other model. False: none (the raw backbone). An adapter trained with a next-token loss
             too (see :func:`~genembed.models.adapters.trained_for_generation`; the shipped default,
-            and ``"joint"``, its alias) is used for generation as well (``model.generation_adapter =
-            True``); an embedding-only adapter only for embedding. What the adapter was trained for is
+            and ``"joint"``, its alias) is used for generation as well (``model.generation_adapter ==
+            "adapter"``); an embedding-only adapter only for embedding. What the adapter was trained for is
             read from its saved training config (``model.trained_for``,
             :mod:`genembed.models.trained_for`); ``encode`` warns when asked for another method or
-            attention.
+            attention. An adapter folder written by ``genembed train`` carries the settings it was trained
+            with (its ``genembed.json``: method, steps, attention, prompt format, tau): they are the model's
+            unless given here.
         dtype: ``"auto"`` (default: bfloat16 where the device computes it natively, such as CPUs with
             AVX512-BF16 or AMX, else float32; see :func:`genembed.backbone.default_dtype`; the
             environment variable ``GENEMBED_DTYPE`` overrides it), ``"float32"``, ``"bfloat16"`` or
@@ -104,11 +103,14 @@ def load(
             checkpoint: off; on with a shipped adapter and with any adapter that stores centers beside
             its weights, whose centers are then used, so their instructions cost no calibration
             encode; off otherwise).
-        generation_adapter: the weights chat, reranking, RAG answers and stored KV states use. None: as
-            above (the adapter when it was trained for generation too, else the base weights; a saved
-            model: as it was saved). True / False: the embedding adapter / the base weights. A folder or
-            shipped adapter name: a second LoRA adapter loaded beside the embedding one and used for
-            generation only (``model.generation_adapter == "generation"``); embeddings do not change.
+        generation_adapter: the weights chat, reranking, RAG answers and stored KV states use
+            (:mod:`genembed.generation.weights`). ``"adapter"`` / ``"base"``: the embedding adapter / the
+            base weights (True / False: their former spellings, deprecated). A folder or shipped adapter
+            name: a second LoRA adapter loaded beside the embedding one and used for generation only
+            (``model.generation_adapter == "generation"``); embeddings do not change. None: by the rule of
+            :func:`~genembed.generation.weights.choose_weights` (a saved model as it was saved, a
+            generation adapter it holds, the adapter when it was trained for generation too, else the base
+            weights).
         local_files_only: never download; a model missing from the HF cache fails at once.
         device_map: accelerate's placement of the layers over devices (``"auto"``: over all GPUs).
         quantization: ``"4bit"`` or ``"8bit"``: bitsandbytes weights on a CUDA GPU
@@ -147,7 +149,7 @@ def load(
     elif source.kind == "local" and source.entry is not None:
         backbone.name = source.entry.id  # a local copy of a published model runs (and reports) as it
     path, name = _choose_adapter(source, adapter, local_files_only)
-    own: dict[str, Any] = {}  # genembed's defaults, unless the published table says otherwise
+    own: dict[str, Any] = {}  # genembed's defaults, unless the published table or the adapter say otherwise
     entry = source.entry
     if entry is not None:
         own = {"method": entry.method, "attention": entry.attention, "prompt_format": entry.prompt_format}
@@ -155,6 +157,7 @@ def load(
         own["max_length"] = entry.max_length
         if given["method"] not in (None, entry.method) and given["prompt_format"] is None:
             given["prompt_format"] = entry.prompt_format  # another method after the published prompt
+    own = override_fields(own, adapter_settings(path))  # what the adapter was trained with (its genembed.json)
     return assemble(
         backbone,
         adapter=path,
@@ -204,20 +207,22 @@ def _load_saved(
         path = resolve_adapter(adapter, options["local_files_only"])
         name = adapter_name(adapter, path)
     own = path == folder
-    if own:  # the saved model's own adapter: it generates as it was saved
-        joint = settings.get("generation_adapter") is True
-    else:
-        trained_for = read_trained_for(path) if path is not None else None
-        joint = bool(trained_for and trained_for.generation)
+    saved_weights = own or (path is None and not saved_adapter)  # the weights embedded with are the saved ones
     saved_generator = folder / GENERATION_ADAPTER
     generator_name = None
+    saved_choice = settings.get("generation_adapter") if saved_weights else None  # as it was saved
     if generator is None and generates is None and (saved_generator / "adapter_config.json").is_file():
         generator, generator_name = saved_generator, settings.get("generation_adapter_name")
-        generates = GENERATION_ADAPTER if settings.get("generation_adapter") == GENERATION_ADAPTER else joint
-    elif generator is None and generates is None:
-        generates = joint
-    encode = {key: value for key, value in settings["encode"].items() if key != "center"}
-    extra = {key: settings[key] for key in _SAVED_EXTRAS if key in settings}
+    try:
+        saved = ModelSettings.from_dict(settings)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: {exc}") from exc
+    encode = {key: getattr(saved, key) for key in ModelSettings.fields_in("encode") if key != "center"}
+    extra = {key: getattr(saved, key) for key in SAVED_EXTRAS}
+    if path is not None and not own:  # another adapter's own settings (what it was trained with) come first
+        trained = adapter_settings(path)
+        encode = override_fields(encode, {key: v for key, v in trained.items() if key not in SAVED_EXTRAS})
+        extra |= {key: trained[key] for key in SAVED_EXTRAS if key in trained}
     model = assemble(
         backbone,
         adapter=path,
@@ -226,10 +231,11 @@ def _load_saved(
         # the saved weights' centers (its own adapter, or no adapter at all), else the other adapter's
         centers=folder if own or (path is None and not saved_adapter) else path,
         center=center,
-        saved_center=settings["encode"]["center"],
+        saved_center=saved.center,
         generator=generator,
         generator_name=generator_name,
         generates=generates,
+        saved_generates=saved_choice,
         where=str(where),
     )
     digest = settings.get("calibration_sha256")
@@ -248,6 +254,11 @@ def _saved_backbone(folder: Path, settings: dict[str, Any], options: dict[str, A
     """
     recorded = settings["backbone"]["source"]
     source: str | Path | None = recorded
+    if recorded is None:  # an adapter trained on a backbone built in memory
+        raise MissingModelError(
+            f"{folder / SETTINGS_FILE}: backbone {settings['backbone']['name']!r} was built in memory and cannot be "
+            f"loaded by name; load it with genembed.load(BASE, adapter={str(folder)!r})"
+        )
     if recorded == BUNDLED:
         source = None
     elif recorded == f"{BACKBONE_SUBFOLDER}/":

@@ -44,19 +44,24 @@ from .. import __version__
 from ..backbone.cache import atomic_directory
 from ..backbone.default_model import DEFAULT_MODEL_HUB_ID
 from ..backbone.loading import BUNDLED
-from ..encoders.defaults import DEFAULT_MAX_LENGTH
+from ..encoders.model_settings import ModelSettings
 from .card import model_card, portable
 from .trained_for import read_training_config
 
 __all__ = [
     "BACKBONE_SUBFOLDER",
     "CARD_FILE",
+    "ENCODE_KEYS",
     "FORMAT",
     "SETTINGS_FILE",
+    "SAVED_EXTRAS",
     "SavableModel",
+    "adapter_settings",
     "calibration_digest",
     "read_settings",
     "save_model",
+    "settings_record",
+    "write_settings",
 ]
 
 SETTINGS_FILE = "genembed.json"
@@ -64,9 +69,12 @@ CARD_FILE = "README.md"  # the model card (genembed.models.card)
 BACKBONE_SUBFOLDER = "backbone"
 FORMAT = 2  # genembed.json layout version (2 added encode.max_length)
 _READABLE = (1, 2)  # format 1 lacks encode.max_length: the default, DEFAULT_MAX_LENGTH
-_ENCODE_KEYS = ("method", "steps", "attention", "prompt_format", "tau", "center", "truncate_dim", "max_length")
-_OPTIONAL = {"max_length": DEFAULT_MAX_LENGTH}  # encode keys older formats may lack, with their value
-_MODEL_KEYS = ("prompts", "default_prompt_name", "similarity_fn_name", "generation_adapter", "generation_adapter_name")
+# genembed.json's fields: those of ModelSettings, in its "encode" section or at the top level
+ENCODE_KEYS = ModelSettings.fields_in("encode")
+SAVED_EXTRAS = ModelSettings.fields_in(None)
+# encode keys older formats may lack, with their value (the field's default)
+_OPTIONAL = {"max_length": ModelSettings.__dataclass_fields__["max_length"].default}
+_WEIGHTS_KEYS = ("generation_adapter", "generation_adapter_name")  # which weights generate (not settings)
 
 
 class SavableModel(Protocol):
@@ -114,9 +122,8 @@ def save_model(
     backbone = model.backbone
     lm = backbone.model
     has_adapter = hasattr(lm, "peft_config")
-    local = backbone.source is not None and os.path.isabs(backbone.source)
     if save_backbone is None:
-        save_backbone = backbone.source is None or local
+        save_backbone = backbone.source is None or _is_local(backbone.source)
     training = read_training_config(model.adapter_path) if has_adapter and model.adapter_path else None
     with atomic_directory(folder, replace=True) as tmp:
         if has_adapter:
@@ -126,22 +133,15 @@ def save_model(
         if training is not None:  # how the adapter was trained: read back by load() (trained_for) and the card
             config = yaml.safe_dump(portable(training[1]), sort_keys=False)
             (tmp / training[0].name).write_text(config, encoding="utf-8")
-        source = backbone.source
-        if save_backbone:
-            source = f"{BACKBONE_SUBFOLDER}/"
-        elif local:  # no machine's absolute path in a saved file
-            source = Path(os.path.relpath(source, folder.resolve())).as_posix()
-            source = source if source.startswith(".") else f"./{source}"
-        settings = {
-            "format": FORMAT,
-            "genembed_version": __version__,
-            "backbone": {"name": backbone.name, "source": source},
-            "adapter": model.adapter if has_adapter else None,
-            "encode": {key: getattr(model, key) for key in _ENCODE_KEYS},
-            **{key: getattr(model, key) for key in _MODEL_KEYS},
-            "calibration_sha256": calibration_digest() if model.center else None,
-        }
-        (tmp / SETTINGS_FILE).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+        settings = settings_record(
+            backbone,
+            folder,
+            adapter=model.adapter if has_adapter else None,
+            saved=model.settings.to_dict() | {key: getattr(model, key) for key in _WEIGHTS_KEYS},
+            center=model.center,
+            saved_backbone=save_backbone,
+        )
+        write_settings(tmp, settings)
         card = model_card(
             settings,
             title=folder.resolve().name,
@@ -153,6 +153,62 @@ def save_model(
         if model.center:
             _save_named_centers(model, tmp)
     return folder
+
+
+def settings_record(
+    backbone: Any,
+    folder: Path,
+    *,
+    adapter: str | None,
+    saved: Mapping[str, Any],
+    center: bool = False,
+    saved_backbone: bool = False,
+) -> dict[str, Any]:
+    """What ``genembed.json`` holds for a model whose files go to ``folder``: the backbone by what loads it
+    (``saved_backbone``: the copy in ``folder/backbone``; a local folder by its path relative to
+    ``folder``; the bundled default or a hub id by name; None: built in memory), the adapter's name and
+    ``saved``: the settings (:meth:`ModelSettings.to_dict <genembed.encoders.model_settings.ModelSettings.to_dict>`,
+    at least its ``encode`` section) and which weights generate. ``model.save`` and ``genembed train``
+    (beside its adapter) write it."""
+    source = backbone.source
+    if saved_backbone:
+        source = f"{BACKBONE_SUBFOLDER}/"
+    elif _is_local(source):  # no machine's absolute path in a saved file
+        source = Path(os.path.relpath(source, Path(folder).resolve())).as_posix()
+        source = source if source.startswith(".") else f"./{source}"
+    return {
+        "format": FORMAT,
+        "genembed_version": __version__,
+        "backbone": {"name": backbone.name, "source": source},
+        "adapter": adapter,
+        **dict(saved),
+        "calibration_sha256": calibration_digest() if center else None,
+    }
+
+
+def write_settings(folder: str | os.PathLike, settings: Mapping[str, Any]) -> None:
+    """Write ``settings`` (:func:`settings_record`) as ``folder/genembed.json``."""
+    (Path(folder) / SETTINGS_FILE).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+
+
+def adapter_settings(folder: str | os.PathLike | None) -> dict[str, Any]:
+    """The settings an adapter folder carries in its ``genembed.json`` (written by ``genembed train``
+    beside the adapter, or by ``model.save``): its ``encode`` settings but centring (which follows the
+    centers stored with the weights, :func:`genembed.models.assemble.centering`), and its named
+    instructions and similarity; empty for a folder without one (adapters written before it).
+
+    Raises:
+        ValueError: the file is malformed (the message names the field).
+    """
+    if folder is None or not (Path(folder) / SETTINGS_FILE).is_file():
+        return {}
+    settings = read_settings(folder)
+    encode = {key: value for key, value in settings["encode"].items() if key in ENCODE_KEYS and key != "center"}
+    return encode | {key: settings[key] for key in SAVED_EXTRAS if key in settings}
+
+
+def _is_local(source: str | None) -> bool:
+    return source is not None and os.path.isabs(source)
 
 
 def _hub_id(backbone: Any) -> str | None:
@@ -193,7 +249,7 @@ def read_settings(folder: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(settings, dict) or settings.get("format") not in _READABLE:
         found = settings.get("format") if isinstance(settings, dict) else None
         raise ValueError(f"{path}: format {found!r} is not one of {_READABLE}; saved by a different genembed version?")
-    for section, keys in (("backbone", ("name", "source")), ("encode", _ENCODE_KEYS)):
+    for section, keys in (("backbone", ("name", "source")), ("encode", ENCODE_KEYS)):
         if not isinstance(settings.get(section), dict):
             raise ValueError(f"{path}: field {section!r} is missing or not an object")
         for key in keys:

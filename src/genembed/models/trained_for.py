@@ -20,6 +20,7 @@ from ..encoders.methods import DEFAULT_METHOD, METHOD_RULES
 
 __all__ = [
     "CONFIG_NAMES",
+    "TRAIN_CONFIG",
     "TrainedFor",
     "UntrainedAdapterWarning",
     "read_trained_for",
@@ -27,7 +28,10 @@ __all__ = [
     "warn_if_untrained",
 ]
 
-CONFIG_NAMES = ("genembed_train.yaml", "training_config.yaml")
+# the resolved run config ``genembed train`` writes beside its adapter (the one declaration of the name),
+# and the name the shipped adapter carries it under
+TRAIN_CONFIG = "genembed_train.yaml"
+CONFIG_NAMES = (TRAIN_CONFIG, "training_config.yaml")
 
 
 class UntrainedAdapterWarning(UserWarning):

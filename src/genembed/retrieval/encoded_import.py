@@ -57,6 +57,7 @@ def encoded_embed_config(encode_config: dict[str, Any], query_instruction: str |
         query_instruction=defaults.query_instruction if query_instruction is None else query_instruction,
         doc_instruction=encode_config.get("instruction", ""),
         center=bool(encode_config.get("center", False)),
+        truncate_dim=encode_config.get("truncate_dim"),
     )
 
 

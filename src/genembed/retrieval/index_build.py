@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..encoders.output import OutputPipeline
 from ..encoders.settings import EmbedSettings
 from ..generation.adapters import same_weights
 from ..generation.rag_prompt import RagPrompt
@@ -108,18 +109,21 @@ def build_index(
         warnings.warn("build_index(config=...) is deprecated: pass settings=...", DeprecationWarning, stacklevel=2)
         settings = config
     if settings is None:  # the model's own settings (what model.save recorded) and centering
-        settings = model.embed_settings(max_length=chunk_tokens + _TEMPLATE_ROOM, center=model.center)
+        settings = model.embed_settings(
+            max_length=chunk_tokens + _TEMPLATE_ROOM, center=model.center, truncate_dim=model.truncate_dim
+        )
     trained_for, adapter = getattr(model, "trained_for", None), getattr(model, "adapter", None)
     warn_if_untrained(trained_for, adapter, settings.method, settings.attention)
+    dim = OutputPipeline.of_index(settings).dim(model.dim)
     store_settings = index_settings(
-        location, model.dim, index_type=index_type, index_params=index_params, search_params=search_params
+        location, dim, index_type=index_type, index_params=index_params, search_params=search_params
     )
     chunks = chunk_documents(
         read_sources(sources), model.backbone.tokenizer, chunk_tokens=chunk_tokens, overlap=overlap
     )
     geometry = KVGeometry.of(model.backbone.model.config)
     manifest = {
-        "model": {"name": model.name, "dim": model.dim, "ref": model_ref or {}},
+        "model": {"name": model.name, "dim": dim, "ref": model_ref or {}},
         "embed": settings.to_dict(),
         "chunking": {"chunk_tokens": chunk_tokens, "overlap": overlap},
         "kv": {"dtype": dtype_name(resolve_kv_dtype(kv_dtype)), **vars(geometry)} if store_kv else None,

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..encoders.centering import apply_center, instruction_center
 from ..encoders.embedder import embed_prompts
+from ..encoders.output import OutputPipeline
 from ..encoders.settings import EmbedSettings
 from .kv_ops import KV, stacked_states
 
@@ -25,7 +25,8 @@ __all__ = ["EncodedTexts", "encode_with_kv"]
 
 @dataclass
 class EncodedTexts:
-    """``embeddings`` ``(n, D)`` L2-normalized float32; ``ids`` each text's prompt token ids; ``kv`` each
+    """``embeddings`` ``(n, D)`` L2-normalized float32 (centred and truncated as the index's settings say;
+    :attr:`~genembed.encoders.settings.EmbedSettings.output`); ``ids`` each text's prompt token ids; ``kv`` each
     text's ``(keys, values)`` ``(layers, kv_heads, len(ids), head_dim)`` (None unless asked for)."""
 
     embeddings: np.ndarray
@@ -57,7 +58,7 @@ def encode_with_kv(
     """
     settings = settings.replace(batch_size=batch_size)
     instruction = settings.instruction(kind)
-    prompts = settings.prompts(backbone.tokenizer, texts, instruction)
+    prompts = settings.tokenize(backbone.tokenizer, texts, instruction)
     kv: list[KV | None] = [None] * len(texts)
 
     def keep(indices: list[int], batch: Any, out: Any) -> None:
@@ -73,7 +74,5 @@ def encode_with_kv(
     run = settings.replace(fast_path=False) if keep_kv else settings
     callback = keep if keep_kv else None
     embeddings, _ = embed_prompts(backbone, prompts, run, keep_kv=keep_kv, on_batch=callback, progress=False)
-    if settings.center:
-        embeddings = apply_center(embeddings, instruction_center(backbone, settings, instruction))
-    normalized = torch.nn.functional.normalize(embeddings, dim=-1).numpy().astype(np.float32)
-    return EncodedTexts(normalized, [p.ids for p in prompts], kv if keep_kv else None)  # type: ignore[arg-type]
+    vectors = OutputPipeline.of_index(settings)(backbone, embeddings, settings, instruction).numpy().astype(np.float32)
+    return EncodedTexts(vectors, [p.ids for p in prompts], kv if keep_kv else None)  # type: ignore[arg-type]

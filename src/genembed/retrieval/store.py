@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..encoders.methods import method_rules
+from ..encoders.output import OutputPipeline
 from ..encoders.settings import EmbedSettings
 from ..generation.rag_prompt import RagPrompt
 from .kv_ops import KV
@@ -261,10 +262,11 @@ class ManifestQueries:
     def check_model(self, model: Any) -> None:
         """Raise ValueError unless ``model`` is the one the index was built with."""
         expected = self.manifest["model"]["name"]
-        if model.name != expected or model.dim != self.dim:
+        dim = OutputPipeline.of_index(self.settings).dim(model.dim)  # the index's vectors may keep only truncate_dim
+        if model.name != expected or dim != self.dim:
             raise ValueError(
                 f"index {self.where} was built with model {expected!r} (dim {self.dim}); got {model.name!r} "
-                f"(dim {model.dim}). Load the same model (and adapter) to query it."
+                f"(dim {dim}). Load the same model (and adapter) to query it."
             )
 
     def check_queries(self, query_embeddings: np.ndarray, k: int) -> np.ndarray:

@@ -8,7 +8,6 @@ import base64
 import numpy as np
 from fastapi import APIRouter, Depends
 
-from ..encoders.methods import method_rules
 from .errors import APIError, error_responses
 from .instructions import choose_instruction
 from .schemas import EmbeddingData, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage
@@ -107,7 +106,7 @@ async def embed_texts(
     prompt_lengths = [len(p.ids) for p in prompts]
     state.check_sizes(prompt_lengths, field=field, what="inputs")
     assert state.batcher is not None
-    if not method_rules(state.settings.method).uses_steps:  # single-pass: steps change nothing; share batches
+    if not state.embed_settings(state.settings.default_steps).rules.uses_steps:  # single-pass: steps change nothing
         steps = state.settings.default_steps
     cost = sum(prompt_lengths) + state.soft_tokens(steps) * len(texts)  # soft tokens run through the model too
     key = await state.embed_key(instruction, steps)  # a new instruction's center is computed first

@@ -60,8 +60,8 @@ async def info(state: ServingState = Depends(get_state)) -> Info:
     return Info(
         model=state.model_id,
         version=__version__,
-        dimension=state.model.dim,
-        method=s.method,
+        dimension=state.output.dim(state.model.dim),
+        method=state.embed_settings(s.default_steps).method,
         default_steps=s.default_steps,
         max_steps=s.max_steps,
         instructions=state.instructions,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..encoders.defaults import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH
-from ..encoders.methods import DEFAULT_MAX_STEPS, DEFAULT_METHOD, DEFAULT_STEPS, METHODS
+from ..encoders.methods import DEFAULT_MAX_STEPS, DEFAULT_STEPS, METHODS
 from ..encoders.prompts import PROMPT_FORMATS
 from ..generation.sampling import SamplingOptions
 
@@ -38,7 +38,7 @@ class ServeSettings:
     port: int = 8000  # where `genembed serve` (run_server) listens
     model_id: str | None = None  # name in responses and /v1/models (default: the loaded model's name)
     api_key: str | None = None  # when set, /v1/* needs "Authorization: Bearer <key>"
-    method: str = DEFAULT_METHOD  # embedding method: a name in genembed.encoders.methods.METHODS
+    method: str | None = None  # embedding method: a name in genembed.encoders.methods.METHODS; None: the model's
     prompt_format: str | None = None  # a name in PROMPT_FORMATS; None: the model's own, else the method's
     default_steps: int = DEFAULT_STEPS  # GIRCSE soft tokens K when a request does not say
     max_steps: int = DEFAULT_MAX_STEPS  # highest `steps` a request may ask for
@@ -94,7 +94,7 @@ class ServeSettings:
             raise ValueError("api_key must not be empty (use None for no key)")
         from ..generation.rerank import SCORINGS
 
-        if self.method not in METHODS:
+        if self.method is not None and self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
         if self.prompt_format is not None and self.prompt_format not in PROMPT_FORMATS:
             raise ValueError(f"prompt_format must be one of {PROMPT_FORMATS}, got {self.prompt_format!r}")

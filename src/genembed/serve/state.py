@@ -13,15 +13,9 @@ import torch
 from fastapi import Request
 
 from ..encoders import center_files
-from ..encoders.centering import (
-    apply_center,
-    calibration_texts,
-    center_cache,
-    center_key,
-    instruction_center,
-    weights_id,
-)
+from ..encoders.centering import calibration_texts, center_cache, center_key, instruction_center, weights_id
 from ..encoders.embedder import encode_texts
+from ..encoders.output import RAW_NORMALISED, OutputPipeline
 from ..encoders.prompts import EncodedPrompt, encode_prompts
 from ..encoders.settings import EmbedSettings
 from ..models.trained_for import warn_if_untrained
@@ -71,6 +65,8 @@ class ServingState:
         # two threads at once, so the event loop counts tokens with its own copy.
         self.tokenizer = copy.deepcopy(model.backbone.tokenizer)
         self.instructions = named_instructions(model, settings.instructions)
+        # what every response's vectors go through (the model's centring and truncate_dim, normalised)
+        self.output = OutputPipeline.of(model)
         if settings.center_cache_size is not None:
             center_cache(model.backbone).max_size = settings.center_cache_size
         self.token_decoder = TokenDecoder(self.tokenizer, settings.token_encoding)
@@ -118,7 +114,7 @@ class ServingState:
         s = self.settings
         cache = center_cache(self.model.backbone)
         before = cache.computed
-        if self.model.center:
+        if self.output.center:
             embed_settings = self.embed_settings(s.default_steps)
             for instruction in dict.fromkeys(self.instructions.values()):
                 cache.keep(
@@ -154,7 +150,7 @@ class ServingState:
         """Whether embeddings made with ``instruction`` are centred (``--center-named-only`` leaves a
         request's own instructions uncentered)."""
         named = instruction in self.instructions.values()
-        return bool(self.model.center) and (named or not self.settings.center_named_only)
+        return self.output.center and (named or not self.settings.center_named_only)
 
     async def embed_key(self, instruction: str, steps: int | str) -> EmbedKey:
         """The batch key of texts embedded with ``instruction`` and ``steps``, with the instruction's
@@ -179,12 +175,8 @@ class ServingState:
             show_progress_bar=False,
         )
         if isinstance(key, CalibrationKey):  # a center is the mean of these, uncentered and whole
-            return torch.nn.functional.normalize(embeddings.float(), dim=-1).numpy()
-        if key.center is not None:
-            embeddings = apply_center(embeddings, key.center)
-        if self.model.truncate_dim:  # as model.encode does (then normalised)
-            embeddings = embeddings[..., : self.model.truncate_dim]
-        return torch.nn.functional.normalize(embeddings.float(), dim=-1).numpy()
+            return RAW_NORMALISED.apply(embeddings).numpy()
+        return self.output.apply(embeddings, key.center).numpy()
 
     def embedding_items(
         self, texts: list[str], instruction: str, steps: int | str

@@ -24,7 +24,7 @@ import yaml
 
 from ..encoders.methods import METHODS, method_rules
 from ..encoders.prompts import PROMPT_FORMATS
-from ..encoders.settings import EmbedSettings
+from ..encoders.settings import EmbedSettings, fields_for
 from .data.sampler import FILE_ORDERS
 from .data.single import SINGLE_INSTRUCTIONS
 from .losses.generative import GENERATIVE_LOSSES
@@ -109,7 +109,7 @@ def _embedding_settings(section: Any) -> EmbedSettings:
 # The YAML ``embedding:`` section: these fields of EmbedSettings (their meaning and defaults are
 # documented there; attention is written out as "causal" rather than None, as saved runs hold it) plus
 # the prompt lengths of queries and documents. ``EmbeddingConfig.settings()`` gives the EmbedSettings.
-_EMBEDDING_KEYS = ("method", "steps", "tau", "attention", "prompt_format", "use_cache", "share_prefix")
+_EMBEDDING_KEYS = fields_for("train")
 EmbeddingConfig = dataclasses.make_dataclass(
     "EmbeddingConfig",
     [

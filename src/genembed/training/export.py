@@ -21,13 +21,13 @@ from pathlib import Path
 
 from .._files import atomic_write_json
 from ..backbone.cache import atomic_directory
+from ..models.trained_for import TRAIN_CONFIG
 from .checkpoint import latest_checkpoint, load_checkpoint
 from .config import ConfigError, load_config
-from .lora import load_trainable_state, save_trained
+from .lora import load_trainable_state, save_trained, trained_settings
 
 __all__ = ["STORAGE_DTYPES", "export_checkpoint"]
 
-_CONFIG = "genembed_train.yaml"
 STORAGE_DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -54,20 +54,20 @@ def export_checkpoint(
     run_dir, out = Path(run_dir), Path(out)
     if dtype not in STORAGE_DTYPES:
         raise ConfigError(f"dtype must be one of {', '.join(STORAGE_DTYPES)}, got {dtype!r}")
-    if not (run_dir / _CONFIG).is_file():
-        raise ConfigError(f"{run_dir} is not a training run folder: it has no {_CONFIG}")
+    if not (run_dir / TRAIN_CONFIG).is_file():
+        raise ConfigError(f"{run_dir} is not a training run folder: it has no {TRAIN_CONFIG}")
     checkpoint = _find(run_dir / "checkpoints", step)
     if out.exists():
         raise ConfigError(f"{out} already exists: choose another --out or delete it")
-    cfg = load_config(run_dir / _CONFIG)
+    cfg = load_config(run_dir / TRAIN_CONFIG)
     saved = load_checkpoint(checkpoint)  # checked (size, digest) before the model is loaded
     backbone = load_run_backbone(cfg)
     model = trainable_model(cfg, backbone.model, init_adapter(cfg.lora.init_from))
     load_trainable_state(model, saved["weights"])
     model.to(getattr(torch, dtype))  # the weights are saved in the dtype they have
     with atomic_directory(out) as tmp:
-        save_trained(model.eval(), backbone.tokenizer, tmp)
-        shutil.copyfile(run_dir / _CONFIG, tmp / _CONFIG)
+        save_trained(model.eval(), backbone.tokenizer, tmp, settings=trained_settings(cfg, backbone, out))
+        shutil.copyfile(run_dir / TRAIN_CONFIG, tmp / TRAIN_CONFIG)
         atomic_write_json(tmp / "exported_from.json", {"run": str(run_dir.resolve()), "step": saved["step"]})
     return out
 

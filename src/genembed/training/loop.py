@@ -87,7 +87,9 @@ def train(
     if main:
         seconds = time.perf_counter() - t_start
         data = [*(run.contrastive.summary() if run.contrastive else []), *(run.single.summary() if run.single else [])]
-        finish_run(run.out, cfg, model, run.tokenizer, run.metrics, data, run.world, seconds, run.precision)
+        finish_run(
+            run.out, cfg, model, run.tokenizer, run.metrics, data, run.world, seconds, run.precision, run.backbone
+        )
         for term in objective.trained_terms().values():  # e.g. the teacher map, for a later stage
             save_teacher_map(term, run.out)
     accelerator.wait_for_everyone()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ __all__ = [
     "freeze_lower_layers",
     "make_trainable",
     "save_trained",
+    "trained_settings",
     "trainable_state",
     "load_trainable_state",
 ]
@@ -116,15 +118,37 @@ def load_trainable_state(model: Any, state: dict[str, torch.Tensor]) -> None:
             param.copy_(state[name].to(param.device, param.dtype))
 
 
-def save_trained(model: Any, tokenizer: Any, folder: str | os.PathLike) -> list[str]:
+def save_trained(
+    model: Any, tokenizer: Any, folder: str | os.PathLike, *, settings: Mapping[str, Any] | None = None
+) -> list[str]:
     """Save the adapter (peft model) or the full model plus tokenizer into ``folder``; return the file names.
 
-    An adapter folder loads with ``genembed.load(base_model, adapter=folder)``; a full model folder
-    with ``genembed.load(folder)``.
+    An adapter folder loads with ``genembed.load(base_model, adapter=folder)``, embedding with the
+    settings it was trained with: ``settings`` (:func:`trained_settings`), written beside it as
+    ``genembed.json``. A full model folder loads with ``genembed.load(folder)``.
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder, safe_serialization=True)
     if not hasattr(model, "peft_config"):  # a full model folder is loadable on its own
         tokenizer.save_pretrained(folder)
+    elif settings is not None:
+        from ..models.save import write_settings
+
+        write_settings(folder, settings)
     return sorted(p.name for p in folder.iterdir())
+
+
+def trained_settings(cfg: Any, backbone: Any, folder: str | os.PathLike) -> dict[str, Any]:
+    """The ``genembed.json`` of an adapter trained by the run config ``cfg`` on ``backbone``, to be written
+    in ``folder``: the embedding settings it was trained with (method, steps, attention, prompt format,
+    tau; prompts up to the default length, uncentered, whole vectors), in the format ``model.save``
+    writes, so ``genembed.load(base, adapter=folder)`` embeds as the adapter was trained
+    (:func:`genembed.models.save.adapter_settings`)."""
+    from ..encoders.model_settings import ModelSettings
+    from ..models.save import settings_record
+
+    trained = cfg.embedding.settings()
+    settings = ModelSettings(**{key: getattr(trained, key) for key in ModelSettings.fields_in("encode")})
+    encode = {"encode": settings.to_dict()["encode"]}  # not the named instructions: they stay the package's
+    return settings_record(backbone, Path(folder), adapter=Path(folder).name, saved=encode)

@@ -41,6 +41,7 @@ import numpy as np
 
 from .._files import atomic_write
 from ..encoders.corpus import encode_corpus, load_corpus_embeddings
+from ..encoders.output import OutputPipeline
 from ..encoders.settings import EMBEDDING_FIELDS, EmbedSettings
 from .data.contrastive import ContrastiveRow, contrastive_row
 from .data.jsonl import iter_jsonl
@@ -264,7 +265,8 @@ def mine_negatives(
     cache = out.with_name(out.name + ".mining")
     model_key = GenembedEncoder(model).cache_key  # weights, adapter tensors, dtype and encoding code
     kw = {"shard_size": shard_size, "show_progress_bar": show_progress_bar}
-    kw["center"] = model.center if center is None else center
+    # centred as the model centres (not truncated: the candidates are ranked on whole vectors)
+    kw["output"] = OutputPipeline(center=model.center if center is None else center)
     q_opts = options.replace(max_length=query_max_length)
     d_opts = options.replace(max_length=doc_max_length)
     queries: dict[str, np.ndarray] = {}  # query instruction -> embeddings of its distinct queries

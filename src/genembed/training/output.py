@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from .._files import atomic_write_text, remove_temp_files
+from ..models.trained_for import TRAIN_CONFIG
 from .checkpoint import latest_checkpoint
 from .config import ConfigError, RunConfig, config_from_dict, config_to_dict
 
@@ -18,7 +19,7 @@ __all__ = ["CONFIG_NAME", "check_output", "prepare_output"]
 
 logger = logging.getLogger(__name__)
 
-CONFIG_NAME = "genembed_train.yaml"
+CONFIG_NAME = TRAIN_CONFIG  # the run config beside the adapter (declared with its reader)
 # keys that may change between a run and its resumption without changing what is trained
 # (gradient_checkpointing, checkpoint_chunk and grad_cache_chunk are memory settings: the same computation,
 # except that with lora.dropout > 0 the dropout draws differ, being made per chunk)

@@ -49,6 +49,7 @@ class Run:
     targets: TargetStore | None = None  # the teacher's cached vectors (loss.distill_targets), replacing it
     single: SingleStream | None = None  # single-text batches (single.share > 0)
     plan: list[str] | None = None  # each step's objective, "contrastive" or "single" (single.share)
+    backbone: Any = None  # the loaded backbone: its name and source go into the adapter's genembed.json
 
     def source(self, step: int) -> str:
         """The objective of step ``step`` (1-based)."""

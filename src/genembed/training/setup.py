@@ -131,7 +131,7 @@ def build_run(cfg: RunConfig, resume: bool) -> tuple[Run, dict[str, Any] | None]
     run = Run(
         cfg, accelerator, out, checkpoint, backbone.tokenizer, model, objective, optimizer, scheduler, params,
         contrastive, generative, MetricsLog(out / "metrics.jsonl"), prompt_format, teacher, targets, single,
-        _objective_plan(share, tc.max_steps),
+        _objective_plan(share, tc.max_steps), backbone,
     )  # fmt: skip
     return run, saved
 

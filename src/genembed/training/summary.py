@@ -8,7 +8,7 @@ from typing import Any
 
 from .._files import atomic_write_files, atomic_write_text
 from .config import RunConfig
-from .lora import save_trained
+from .lora import save_trained, trained_settings
 from .metrics import MetricsLog, plot_metrics
 
 __all__ = ["finish_run"]
@@ -24,10 +24,13 @@ def finish_run(
     world: int,
     seconds: float,
     precision: str,
+    backbone: Any = None,
 ) -> None:
-    """Write the trained weights (file by file, atomically), the plot and a summary."""
+    """Write the trained weights (file by file, atomically) with, for an adapter trained on ``backbone``,
+    the settings it was trained with (``genembed.json``), the plot and a summary."""
+    settings = trained_settings(cfg, backbone, out) if backbone is not None else None
     with atomic_write_files(out) as tmp:
-        save_trained(model, tokenizer, tmp)
+        save_trained(model, tokenizer, tmp, settings=settings)
     records = metrics.read()
     plot_metrics(records, out / "metrics.png")
     summary = {
