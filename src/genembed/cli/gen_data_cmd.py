@@ -12,7 +12,8 @@ from typing import Annotated
 
 import typer
 
-from ._common import DeviceOpt, DtypeOpt, ModelOpt, TemperatureOpt, TopPOpt, adapter_option, load_model, out_option
+from ._common import DeviceOpt, DtypeOpt, ModelOpt, adapter_option, load_model, out_option
+from ._decoding import decoding_option
 
 
 def make_gen_data(
@@ -31,8 +32,8 @@ def make_gen_data(
     batch_size: Annotated[
         int, typer.Option("--batch-size", min=1, help="prompts per forward pass (generated together)")
     ] = 8,
-    temperature: TemperatureOpt = 0.0,
-    top_p: TopPOpt = 1.0,
+    temperature: decoding_option("temperature", what="response") = 0.0,
+    top_p: decoding_option("top_p", what="response") = 1.0,
     seed: Annotated[int, typer.Option("--seed", help="seed for sampling and the prompt shuffle")] = 0,
 ) -> None:
     """Generate responses to prompts with the base model and write generative training data.

@@ -21,7 +21,7 @@ from ..generation.adapters import adapter_mode, each_step_in, same_weights
 from ..generation.chat import eos_token_ids
 from ..generation.decoding import decode_stream
 from ..generation.detokenize import stream_pieces
-from ..generation.sampling import SamplingKwargs, SamplingOptions
+from ..generation.sampling import ANSWER_SAMPLING, SamplingKwargs, SamplingOptions
 from .context import Context, Segment, assemble, fresh_input, mode_layout
 from .grit_cache import grit_context, uses_grit_cache
 from .kv_embed import encode_with_kv
@@ -33,13 +33,6 @@ from .search import rerank_hits, retrieve_hits
 from .store import VectorStore
 
 __all__ = ["ANSWER_SAMPLING", "Answer", "Query", "Source", "ask", "build_context", "retrieve"]
-
-# How answers are decoded unless a call says otherwise: short, and no 4-gram twice in an answer (applied
-# to the answer's own tokens, not the prompt's, so copying a passage is not discouraged). Without it the
-# bundled 135M model loops, e.g. 'The answer to the question is: "The answer to the question is: ...'
-# (docs/rag.md).
-ANSWER_SAMPLING = SamplingOptions(max_new_tokens=128, no_repeat_ngram_size=4)
-
 
 @dataclass
 class Query:
@@ -322,6 +315,7 @@ def generate_from_context(
     ``time.perf_counter()`` at which the first token was produced).
     """
     backbone = model.backbone
+    sampling = SamplingOptions.build(sampling or ANSWER_SAMPLING, **options)
     device = next(backbone.model.parameters()).device
     input_ids, mask, positions = fresh_input(context, device)
     tokens = decode_stream(
@@ -330,14 +324,14 @@ def generate_from_context(
         cache=context.cache,
         attention_mask=mask,
         position_ids=positions,
-        sampling=SamplingOptions.build(sampling or ANSWER_SAMPLING, **options),
+        sampling=sampling,
         eos_token_ids=eos_token_ids(backbone),
     )
     weights = getattr(model, "generation_adapter", False)
     tokens = each_step_in(functools.partial(adapter_mode, backbone.model, weights), tokens)
     if stats is not None:
         tokens = _counted(tokens, stats)
-    return stream_pieces(backbone.tokenizer, tokens, [])
+    return stream_pieces(backbone.tokenizer, tokens, list(sampling.stop))
 
 
 def _counted(tokens: Iterator[int], stats: dict[str, float]) -> Iterator[int]:
