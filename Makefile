@@ -124,7 +124,7 @@ DEFAULT_ADAPTER := src/genembed/adapters/smollm2-135m-gircse
 RUN ?= runs/teacher-stage-$(STAGE)
 ship-stage: $(STAMP)
 	rm -rf $(RUN)-bf16
-	$(VENV)/bin/genembed export-checkpoint $(RUN) --out $(RUN)-bf16 --dtype bfloat16
+	$(VENV)/bin/genembed export-checkpoint $(RUN) --out $(RUN)-bf16 --save-dtype bfloat16
 	cp $(RUN)-bf16/adapter_config.json $(RUN)-bf16/adapter_model.safetensors $(DEFAULT_ADAPTER)/
 	cp $(RUN)-bf16/genembed_train.yaml $(DEFAULT_ADAPTER)/training_config.yaml
 	$(MAKE) centers

@@ -73,6 +73,22 @@ def test_one_name_per_concept_across_commands():
     for name in ("encode", "eval", "serve", "teacher-targets"):
         assert "--max-length" in _names(COMMANDS[name]), name  # the most tokens of one prompt
     assert "--max-input-tokens" not in _names(COMMANDS["serve"])
+    # every command that runs torch takes --threads; the others do not pretend to
+    no_torch = {
+        "models",
+        "install-teacher",
+        "export-checkpoint",
+        "index import",
+        "index delete",
+        "index info",
+        "version",
+    }
+    assert {name for name, command in COMMANDS.items() if "--threads" not in _names(command)} == no_torch
+    decoding = ["--max-new-tokens", "--temperature", "--top-p", "--seed", "--repetition-penalty"]
+    decoding += ["--no-repeat-ngram-size", "--frequency-penalty", "--presence-penalty", "--stop"]
+    for name in ("chat", "ask"):  # the SamplingOptions fields, as the chat route names them
+        assert set(decoding) <= set(_names(COMMANDS[name])), name
+    assert "--dtype" not in _names(COMMANDS["export-checkpoint"])  # the stored dtype is --save-dtype
     assert "--kv-cache" in _names(COMMANDS["ask"]) and "--cache-file" in _names(COMMANDS["eval"])
     assert not any("--cache" in _names(command) for command in COMMANDS.values())
     for name, command in COMMANDS.items():
@@ -93,8 +109,13 @@ def test_embedding_options_default_to_the_models_own():
 
 
 CASES = [(command, old) for command, table in OLD_SPELLINGS.items() for old in table]
-REQUIRED = {"ask": ["IDX", "question"], "mine-negatives": ["in.jsonl", "--out", "out.jsonl"], "eval": ["tasks"]}
-VALUES = {"--kv-cache": "doc"}  # a value the new option takes (else 7)
+REQUIRED = {
+    "ask": ["IDX", "question"],
+    "mine-negatives": ["in.jsonl", "--out", "out.jsonl"],
+    "eval": ["tasks"],
+    "export-checkpoint": ["RUN", "--out", "OUT"],
+}
+VALUES = {"--kv-cache": "doc", "--save-dtype": "bfloat16"}  # a value the new option takes (else 7)
 
 
 @pytest.mark.parametrize(("command", "old"), CASES, ids=[f"{c} {o}" for c, o in CASES])
@@ -155,9 +176,11 @@ MEANINGS: dict[str, str | None] = {
     "--doc-instruction": None,
     "--doc-max-length": None,
     "--dtype": "float32",
+    "--save-dtype": "stored in",
     "--field": None,
     "--filter": "filter",
     "--force": None,
+    "--frequency-penalty": "subtract this",
     "--generator": "weights that generate",
     "--graceful-timeout": None,
     "--host": None,
@@ -190,7 +213,7 @@ MEANINGS: dict[str, str | None] = {
     "--model": "hub id",
     "--model-id": None,
     "--no-cache": None,
-    "--no-repeat-ngram": None,
+    "--no-repeat-ngram-size": "n-gram of this size",
     "--normalize": None,
     "--num-negatives": None,
     "--offset": None,
@@ -199,13 +222,14 @@ MEANINGS: dict[str, str | None] = {
     "--overlap": None,
     "--overwrite": "existing",
     "--port": None,
+    "--presence-penalty": "subtract this",
     "--prompt": None,
     "--prompt-format": "plain, chat, gircse, gritlm",
     "--query-instruction": None,
     "--query-max-length": None,
     "--quiet": "no progress bars",
     "--recompute": None,
-    "--repetition-penalty": None,
+    "--repetition-penalty": "already in the",
     "--rerank": None,
     "--rerank-scoring": None,
     "--rerank-top": "re-rank",
@@ -216,7 +240,7 @@ MEANINGS: dict[str, str | None] = {
     "--skip-top": None,
     "--step": None,
     "--steps": "soft tokens k",
-    "--stop": None,
+    "--stop": "a string that ends the",
     "--store-kv": None,
     "--symmetric": None,
     "--system": None,
@@ -225,7 +249,7 @@ MEANINGS: dict[str, str | None] = {
     "--teacher": None,
     "--temperature": "greedy",
     "--text-field": None,
-    "--threads": None,
+    "--threads": "torch cpu threads",
     "--title-field": None,
     "--token": "milvus credentials",
     "--token-encoding": None,

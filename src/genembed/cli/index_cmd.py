@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from . import _store
+from ._added_options import with_threads
 from ._common import (
     AdapterOpt,
     AttentionOpt,
@@ -69,6 +70,7 @@ def _ref(value: str | None) -> str | None:
 
 
 @index_app.command("build", cls=command_class("index build"))
+@with_threads
 def build(
     sources: SourcesArg,
     out: Annotated[str, out_option(f"where to write the index: {_store.WHERE_HELP}")],
@@ -144,6 +146,7 @@ def build(
 
 
 @index_app.command("add", cls=command_class("index add"))
+@with_threads
 def add(
     index_dir: Annotated[str, typer.Argument(help=_store.WHERE_HELP)],
     sources: SourcesArg,
