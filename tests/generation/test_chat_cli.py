@@ -129,3 +129,15 @@ def test_help_shows_the_decoding_defaults():
         for name in ("--max-new-tokens", "--top-p", "--repetition-penalty", "--no-repeat-ngram-size", "--stop"):
             assert name in text, (command, name)
         assert f"(0: off) (default: {defaults.no_repeat_ngram_size})" in text
+
+
+def test_max_length_refuses_a_conversation_too_long(saved):
+    path, model = saved
+    from genembed.generation.chat import chat_prompt_ids
+
+    n = len(chat_prompt_ids(model.backbone.tokenizer, "What is the capital of France?"))
+    prompt = ["chat", "--model", path, "--prompt", "What is the capital of France?", "--max-new-tokens", "4"]
+    result = runner.invoke(app, [*prompt, "--max-length", str(n - 1)])
+    assert result.exit_code == 2
+    assert f"the conversation is {n} tokens long, over --max-length {n - 1}" in result.output
+    assert runner.invoke(app, [*prompt, "--max-length", str(n)]).exit_code == 0

@@ -6,6 +6,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
+from genembed.encoders.defaults import DEFAULT_MAX_LENGTH
 from genembed.encoders.methods import METHOD_RULES, METHODS
 from genembed.encoders.prompts import PROMPT_FORMATS
 
@@ -82,6 +83,12 @@ StepsOpt = Annotated[
 AttentionOpt = Annotated[
     str | None,
     typer.Option("--attention", help=f"causal or bidirectional (default: the model's own; {FIXED_ATTENTION_HELP})"),
+]
+MaxLengthOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-length", min=1, help=f"tokens per prompt, cut from the end (default: the model's, {DEFAULT_MAX_LENGTH})"
+    ),
 ]
 InstructionOpt = Annotated[str, typer.Option("--instruction", "-i", help="instruction steering the embedding")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="no progress bars")]

@@ -25,6 +25,15 @@ def chat(
     system: Annotated[
         str | None, typer.Option("--system", "-s", help="system message opening the conversation")
     ] = None,
+    max_length: Annotated[
+        int | None,
+        typer.Option(
+            "--max-length",
+            min=1,
+            help="tokens per prompt: a turn whose conversation is longer is refused (/reset starts over; "
+            "default: the model's context)",
+        ),
+    ] = None,
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
     generator: GeneratorOpt = None,
@@ -41,6 +50,21 @@ def chat(
 
     def reply(text: str) -> None:
         messages.append({"role": "user", "content": text})
+        if max_length is not None:
+            from genembed.generation.chat import chat_prompt_ids
+
+            n = len(chat_prompt_ids(loaded.backbone.tokenizer, messages, loaded.prompt_format))
+            if n > max_length:
+                messages.pop()
+                typer.secho(
+                    f"error: the conversation is {n} tokens long, over --max-length {max_length}; "
+                    "/reset starts a new one",
+                    fg="red",
+                    err=True,
+                )
+                if prompt is not None:
+                    raise typer.Exit(2)
+                return
         pieces = []
         with warnings.catch_warnings():  # the note on the weights was said once above
             warnings.simplefilter("ignore", BaseWeightsWarning)

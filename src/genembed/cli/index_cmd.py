@@ -82,6 +82,15 @@ def build(
     ] = False,
     chunk_tokens: Annotated[int, typer.Option("--chunk-tokens", min=1, help="document tokens per chunk")] = 256,
     overlap: Annotated[int, typer.Option("--overlap", min=0, help="tokens shared by consecutive chunks")] = 32,
+    max_length: Annotated[
+        int | None,
+        typer.Option(
+            "--max-length",
+            min=1,
+            help="tokens per prompt a chunk is embedded in, cut from the end (default: --chunk-tokens + 256, room "
+            "for its title and the template)",
+        ),
+    ] = None,
     kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="KV storage: float32, float16 or bfloat16")] = "float16",
     method: MethodOpt = None,
     steps: StepsOpt = None,
@@ -109,9 +118,8 @@ def build(
     from genembed.retrieval.kv_store import resolve_kv_dtype
 
     where = _store.location(out, collection, token)
-    max_length = chunk_tokens + 256  # room for title + template
     given = {"method": method, "steps": steps, "attention": attention, "prompt_format": prompt_format}
-    given["max_length"] = max_length
+    given["max_length"] = max_length or chunk_tokens + 256  # room for title + template
     check_settings(**given)
     try:  # check settings before loading the model
         resolve_kv_dtype(kv_dtype)

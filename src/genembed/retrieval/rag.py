@@ -34,6 +34,7 @@ from .store import VectorStore
 
 __all__ = ["ANSWER_SAMPLING", "Answer", "Query", "Source", "ask", "build_context", "retrieve"]
 
+
 @dataclass
 class Query:
     """The question and its embedding pass: ``embedding`` ``(1, D)``, ``ids`` the embedding prompt's
