@@ -102,6 +102,7 @@ def main() -> None:
     parser.add_argument("--everyday", nargs="*", default=["off", "rp1.2+ngram4"], choices=list(SETTINGS))
     parser.add_argument("--max-new-tokens", type=int, default=256, help="the library default")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--resume", action="store_true", help="keep the settings OUT.json already holds")
     parser.add_argument("--out", type=Path, default=REPO / "experiments" / "results" / "decoding_defaults")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -122,18 +123,25 @@ def main() -> None:
         "held_aside": {},
         "everyday": {},
     }
-    for group, names, group_prompts in (
-        ("held_aside", args.settings, prompts),
-        ("everyday", args.everyday, EVERYDAY),
-    ):
-        for name in names:
-            start = time.perf_counter()
-            rows = run_setting(model, group_prompts, SETTINGS[name], args.max_new_tokens)
-            summary = summarize(rows, expected, args.max_new_tokens)
-            summary["seconds"] = round(time.perf_counter() - start, 1)
-            result[group][name] = {"knobs": SETTINGS[name], **summary, "replies": rows}
-            print(f"{group} {name}: {summary}", flush=True)
-            write(result, args.out)  # after each setting, so a long run keeps what it measured
+    json_path = args.out.with_suffix(".json")
+    if args.resume and json_path.exists():  # keep the settings an earlier run measured
+        earlier = json.loads(json_path.read_text())
+        result["held_aside"], result["everyday"] = earlier["held_aside"], earlier["everyday"]
+        result["command"] = earlier["command"] + "; then " + result["command"] + " --resume"
+    # the first setting's everyday replies right after its held-aside ones: a run cut short keeps them
+    jobs = [("held_aside", n) for n in args.settings[:1]] + [("everyday", n) for n in args.everyday]
+    jobs += [("held_aside", n) for n in args.settings[1:]]
+    for group, name in jobs:
+        if name in result[group]:
+            continue
+        group_prompts = prompts if group == "held_aside" else EVERYDAY
+        start = time.perf_counter()
+        rows = run_setting(model, group_prompts, SETTINGS[name], args.max_new_tokens)
+        summary = summarize(rows, expected, args.max_new_tokens)
+        summary["seconds"] = round(time.perf_counter() - start, 1)
+        result[group][name] = {"knobs": SETTINGS[name], **summary, "replies": rows}
+        print(f"{group} {name}: {summary}", flush=True)
+        write(result, args.out)  # after each setting, so a long run keeps what it measured
     print(table(result))
 
 
