@@ -70,7 +70,7 @@ def test_one_name_per_concept_across_commands():
     for name in ("demo", "mine-negatives", "index add", "encode", "index build", "eval", "serve"):
         assert "--center" in _names(COMMANDS[name]), name
     assert "--center" not in _names(COMMANDS["chat"])  # chat does not embed: the option did nothing
-    for name in ("encode", "eval", "serve", "teacher-targets", "chat", "index build", "inspect", "demo"):
+    for name in ("encode", "eval", "serve", "teacher-targets", "ask", "chat", "index build", "inspect", "demo"):
         assert "--max-length" in _names(COMMANDS[name]), name  # the most tokens of one prompt
     assert "--max-input-tokens" not in _names(COMMANDS["serve"])
     # every command that runs torch takes --threads; the others do not pretend to

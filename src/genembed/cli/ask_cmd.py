@@ -55,6 +55,14 @@ def ask(
             "(--rerank alone: genembed.retrieval.rag.ask's rerank_candidates, 10)"
         ),
     ] = None,
+    max_length: Annotated[
+        int | None,
+        typer.Option(
+            "--max-length",
+            min=1,
+            help="tokens per prompt the question is embedded in, cut from the end (default: the index's)",
+        ),
+    ] = None,
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
     generator: GeneratorOpt = None,
@@ -107,6 +115,7 @@ def ask(
             sampling=sampling,
             filter=filter,
             recompute=recompute,
+            max_length=max_length,
             on_text=lambda piece: console.print(piece, end="", markup=False, highlight=False),
         )
     except ValueError as exc:

@@ -95,12 +95,14 @@ def retrieve(
     keep_query_kv: bool = False,
     timings: dict[str, float] | None = None,
     filter: str | None = None,
+    max_length: int | None = None,
 ) -> tuple[Query, list[Source]]:
     """Embed the question (keeping its KV states if asked) and return it with the top passages.
 
     With ``rerank``, the best ``max(top_k, rerank_candidates)`` by embedding are reordered by
     :meth:`~genembed.GenerativeEmbedder.rerank` and the first ``top_k`` kept. ``filter`` restricts the
-    search to chunks whose metadata match it (a Milvus store's boolean expression).
+    search to chunks whose metadata match it (a Milvus store's boolean expression). ``max_length``
+    (None: the index's) cuts the prompt the question is embedded in.
     """
     timings = timings if timings is not None else {}
     index.check_model(model)
@@ -109,7 +111,8 @@ def retrieve(
     # (causal), or in GRIT's caching, which reuses the bidirectional embedding pass (grit_cache)
     reusable = index.settings.attention == "causal" or uses_grit_cache(index.settings)
     keep = keep_query_kv and same_weights(model) and reusable
-    encoded = encode_with_kv(model.backbone, [question], index.settings, kind="query", keep_kv=keep)
+    settings = index.settings if max_length is None else index.settings.replace(max_length=max_length)
+    encoded = encode_with_kv(model.backbone, [question], settings, kind="query", keep_kv=keep)
     query = Query(question, encoded.embeddings, encoded.ids[0], encoded.kv[0] if encoded.kv else None)
     timings["embed_query"] = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -227,6 +230,7 @@ def ask(
     on_text: Callable[[str], None] | None = None,
     filter: str | None = None,
     recompute: float = 0.0,
+    max_length: int | None = None,
     **options: Unpack[SamplingKwargs],
 ) -> Answer:
     """Retrieve passages for ``question`` and generate an answer with them in context.
@@ -250,6 +254,8 @@ def ask(
         recompute: share of the isolated cached tokens to recompute, those whose states isolation changed
             most (CacheBlend; :mod:`~genembed.retrieval.kv_blend`): 0 keeps every cached state, 1 equals
             plain RAG. Only the cached segments after the first are concerned.
+        max_length: tokens of the prompt the question is embedded in, cut from the end (None: the
+            index's own).
 
     Returns:
         The :class:`Answer` with its sources, timings and token counts.
@@ -277,6 +283,7 @@ def ask(
         keep_query_kv=query_cached,
         timings=timings,
         filter=filter,
+        max_length=max_length,
     )
     context = build_context(model, index, query, sources, mode=cache, order=order, recompute=recompute)
     pieces, stats = [], {}
