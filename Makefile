@@ -71,7 +71,7 @@ default-adapter: teacher icr-adapter
 	$(VENV)/bin/genembed train configs/teacher-stage.yaml --resume train.output_dir=runs/teacher-stage-5 \
 		train.seed=5 lora.init_from=runs/teacher-stage-4
 	test -f runs/teacher-stage-5-bf16/adapter_model.safetensors || $(VENV)/bin/genembed export-checkpoint \
-		runs/teacher-stage-5 --out runs/teacher-stage-5-bf16 --dtype bfloat16
+		runs/teacher-stage-5 --out runs/teacher-stage-5-bf16 --save-dtype bfloat16
 	$(VENV)/bin/genembed train configs/teacher-stage-reviews.yaml --resume train.output_dir=runs/teacher-stage-7 \
 		train.seed=7 lora.init_from=runs/teacher-stage-5-bf16
 	$(VENV)/bin/genembed train configs/teacher-stage-reviews.yaml --resume train.output_dir=runs/teacher-stage-8 \
@@ -83,7 +83,7 @@ default-adapter: teacher icr-adapter
 	$(VENV)/bin/genembed train configs/teacher-stage-pairs-topics.yaml --resume train.output_dir=runs/teacher-stage-11 \
 		train.seed=11 lora.init_from=runs/teacher-stage-10
 	test -f runs/teacher-stage-11-bf16/adapter_model.safetensors || $(VENV)/bin/genembed export-checkpoint \
-		runs/teacher-stage-11 --out runs/teacher-stage-11-bf16 --dtype bfloat16
+		runs/teacher-stage-11 --out runs/teacher-stage-11-bf16 --save-dtype bfloat16
 	test -f runs/selfgen.jsonl || $(VENV)/bin/genembed make-gen-data ../shared/data/train/*.jsonl \
 		--out runs/selfgen.jsonl --limit 600 --max-new-tokens 80
 	test -f runs/plain-texts.jsonl || $(VENV)/bin/python experiments/make_plain_texts.py --out runs/plain-texts.jsonl
@@ -124,7 +124,7 @@ DEFAULT_ADAPTER := src/genembed/adapters/smollm2-135m-gircse
 RUN ?= runs/teacher-stage-$(STAGE)
 ship-stage: $(STAMP)
 	rm -rf $(RUN)-bf16
-	$(VENV)/bin/genembed export-checkpoint $(RUN) --out $(RUN)-bf16 --dtype bfloat16
+	$(VENV)/bin/genembed export-checkpoint $(RUN) --out $(RUN)-bf16 --save-dtype bfloat16
 	cp $(RUN)-bf16/adapter_config.json $(RUN)-bf16/adapter_model.safetensors $(DEFAULT_ADAPTER)/
 	cp $(RUN)-bf16/genembed_train.yaml $(DEFAULT_ADAPTER)/training_config.yaml
 	$(MAKE) centers

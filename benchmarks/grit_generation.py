@@ -9,7 +9,8 @@ jointly trained ``runs/grit-smollm2``) it measures, with the adapter active in g
   were never trained on);
 - ``text_ppl``: perplexity of plain human-written text no model was trained on (the first 128 tokens of
   the first ``--texts`` SciFact dev abstracts);
-- the greedy answers to a few fixed prompts.
+- the greedy answers to a few fixed prompts, at the library's decoding defaults, and ``loop_rate``: the
+  share of them that repeat a word 4-gram more than twice (:func:`genembed.generation.repetition.loop_rate`).
 
 Run (one thread, a few minutes; under the shared lock):
 
@@ -73,6 +74,8 @@ def text_items(tokenizer, n: int, max_length: int) -> list[tuple[list[int], list
 
 
 def measure(name: str, model, heldout, texts, max_new_tokens: int) -> dict:
+    from genembed.generation.repetition import loop_rate
+
     start = time.perf_counter()
     model.generation_adapter = True  # run generation on the weights under test
     row = {
@@ -81,6 +84,7 @@ def measure(name: str, model, heldout, texts, max_new_tokens: int) -> dict:
         "text_ppl": round(perplexity(model, texts), 3),
         "answers": {p: model.generate(p, max_new_tokens=max_new_tokens, temperature=0.0) for p in PROMPTS},
     }
+    row["loop_rate"] = loop_rate(row["answers"].values())
     row["seconds"] = round(time.perf_counter() - start, 1)
     print(f"{name}: held-out ppl {row['heldout_ppl']}, text ppl {row['text_ppl']}", flush=True)
     return row
@@ -92,7 +96,7 @@ def main() -> None:
     parser.add_argument("--heldout", type=Path, default=REPO / "runs" / "selfgen-heldout.jsonl")
     parser.add_argument("--texts", type=int, default=100, help="SciFact dev abstracts for text perplexity")
     parser.add_argument("--max-length", type=int, default=192)
-    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--max-new-tokens", type=int, default=128, help="long enough for a loop to show")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "grit_generation")
     args = parser.parse_args()
@@ -122,8 +126,8 @@ def main() -> None:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
-    lines = ["| model | held-out answer ppl | SciFact text ppl |", "|---|---:|---:|"]
-    lines += [f"| {r['model']} | {r['heldout_ppl']:.2f} | {r['text_ppl']:.2f} |" for r in rows]
+    lines = ["| model | held-out answer ppl | SciFact text ppl | answers that loop |", "|---|---:|---:|---:|"]
+    lines += [f"| {r['model']} | {r['heldout_ppl']:.2f} | {r['text_ppl']:.2f} | {r['loop_rate']:.2f} |" for r in rows]
     for prompt in PROMPTS:
         lines += ["", f"**{prompt}**", ""]
         lines += [f"- {r['model']}: {r['answers'][prompt]!r}" for r in rows]

@@ -219,10 +219,13 @@ class EncodingMethods:
         steps: int | None = None,
         top: int = 8,
         prompt_format: str | None = None,
+        max_length: int | None = None,
     ) -> list[SoftTokenStep]:
         """Per GIRCSE step, the ``top`` most probable vocabulary tokens of the soft token ``p_k``
-        (``steps`` None: ``model.steps``)."""
-        settings = self.embed_settings(method=SOFT_TOKEN_METHOD, steps=steps, prompt_format=prompt_format)
+        (``steps`` None: ``model.steps``; ``max_length`` None: the model's tokens per prompt)."""
+        settings = self.embed_settings(
+            method=SOFT_TOKEN_METHOD, steps=steps, prompt_format=prompt_format, max_length=max_length
+        )
         return inspect_soft_tokens(self.backbone, text, settings, instruction=instruction or "", top=top)
 
 

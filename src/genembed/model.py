@@ -133,7 +133,6 @@ class GenerativeEmbedder(SettingsHolder, EncodingMethods, Persistence):
         self,
         messages_or_prompt: str | list[dict],
         *,
-        stop: str | list[str] | None = None,
         stream: bool = False,
         sampling: SamplingOptions | None = None,
         **options: Unpack[SamplingKwargs],
@@ -145,15 +144,16 @@ class GenerativeEmbedder(SettingsHolder, EncodingMethods, Persistence):
 
         Args:
             messages_or_prompt: a user prompt, or a conversation ``[{"role": "user", "content": ...}, ...]``.
-            stop: strings that end the reply; it is cut before the first one.
             stream: return an iterator of text pieces instead of the whole reply.
-            sampling: how tokens are picked (:class:`~genembed.generation.sampling.SamplingOptions`;
-                None: its defaults), changed by these keywords:
+            sampling: how the reply is decoded (:class:`~genembed.generation.sampling.SamplingOptions`, the
+                one decoding configuration; None: its defaults), changed by these keywords:
             max_new_tokens: the most tokens to generate.
             temperature: 0 (default) decodes greedily and deterministically.
             top_p: nucleus sampling threshold (with ``temperature > 0``).
             seed: seed for reproducible sampling.
-            no_repeat_ngram_size, repetition_penalty: against repetition (0 and 1.0: off).
+            repetition_penalty, no_repeat_ngram_size, frequency_penalty, presence_penalty: against
+                repetition (the defaults keep greedy replies from looping; 1.0, 0, 0, 0 turn them off).
+            stop: strings that end the reply; it is cut before the first one.
 
         Returns:
             The reply, or (``stream=True``) an iterator of pieces that join to it.
@@ -178,7 +178,6 @@ class GenerativeEmbedder(SettingsHolder, EncodingMethods, Persistence):
             self.backbone,
             messages_or_prompt,
             sampling=sampling,
-            stop=stop,
             use_adapter=self.generation_adapter,
             prompt_format=self.prompt_format,
             **options,

@@ -70,9 +70,25 @@ def test_one_name_per_concept_across_commands():
     for name in ("demo", "mine-negatives", "index add", "encode", "index build", "eval", "serve"):
         assert "--center" in _names(COMMANDS[name]), name
     assert "--center" not in _names(COMMANDS["chat"])  # chat does not embed: the option did nothing
-    for name in ("encode", "eval", "serve", "teacher-targets"):
+    for name in ("encode", "eval", "serve", "teacher-targets", "ask", "chat", "index build", "inspect", "demo"):
         assert "--max-length" in _names(COMMANDS[name]), name  # the most tokens of one prompt
     assert "--max-input-tokens" not in _names(COMMANDS["serve"])
+    # every command that runs torch takes --threads; the others do not pretend to
+    no_torch = {
+        "models",
+        "install-teacher",
+        "export-checkpoint",
+        "index import",
+        "index delete",
+        "index info",
+        "version",
+    }
+    assert {name for name, command in COMMANDS.items() if "--threads" not in _names(command)} == no_torch
+    decoding = ["--max-new-tokens", "--temperature", "--top-p", "--seed", "--repetition-penalty"]
+    decoding += ["--no-repeat-ngram-size", "--frequency-penalty", "--presence-penalty", "--stop"]
+    for name in ("chat", "ask"):  # the SamplingOptions fields, as the chat route names them
+        assert set(decoding) <= set(_names(COMMANDS[name])), name
+    assert "--dtype" not in _names(COMMANDS["export-checkpoint"])  # the stored dtype is --save-dtype
     assert "--kv-cache" in _names(COMMANDS["ask"]) and "--cache-file" in _names(COMMANDS["eval"])
     assert not any("--cache" in _names(command) for command in COMMANDS.values())
     for name, command in COMMANDS.items():
@@ -93,8 +109,13 @@ def test_embedding_options_default_to_the_models_own():
 
 
 CASES = [(command, old) for command, table in OLD_SPELLINGS.items() for old in table]
-REQUIRED = {"ask": ["IDX", "question"], "mine-negatives": ["in.jsonl", "--out", "out.jsonl"], "eval": ["tasks"]}
-VALUES = {"--kv-cache": "doc"}  # a value the new option takes (else 7)
+REQUIRED = {
+    "ask": ["IDX", "question"],
+    "mine-negatives": ["in.jsonl", "--out", "out.jsonl"],
+    "eval": ["tasks"],
+    "export-checkpoint": ["RUN", "--out", "OUT"],
+}
+VALUES = {"--kv-cache": "doc", "--save-dtype": "bfloat16"}  # a value the new option takes (else 7)
 
 
 @pytest.mark.parametrize(("command", "old"), CASES, ids=[f"{c} {o}" for c, o in CASES])
@@ -156,9 +177,11 @@ MEANINGS: dict[str, str | None] = {
     "--doc-instruction": None,
     "--doc-max-length": None,
     "--dtype": "float32",
+    "--save-dtype": "stored in",
     "--field": None,
     "--filter": "filter",
     "--force": None,
+    "--frequency-penalty": "subtract this",
     "--generator": "weights that generate",
     "--graceful-timeout": None,
     "--host": None,
@@ -191,7 +214,7 @@ MEANINGS: dict[str, str | None] = {
     "--model": "hub id",
     "--model-id": None,
     "--no-cache": None,
-    "--no-repeat-ngram": "n-gram of this size twice",
+    "--no-repeat-ngram-size": "n-gram of this size",
     "--normalize": None,
     "--num-negatives": None,
     "--offset": None,
@@ -201,6 +224,7 @@ MEANINGS: dict[str, str | None] = {
     "--overwrite": "existing",
     "--passage-tokens": None,
     "--port": None,
+    "--presence-penalty": "subtract this",
     "--prompt": None,
     "--prompt-format": "plain, chat, gircse, gritlm",
     "--query-instruction": None,
@@ -208,7 +232,7 @@ MEANINGS: dict[str, str | None] = {
     "--quiet": "no progress bars",
     "--rag": None,
     "--recompute": None,
-    "--repetition-penalty": None,
+    "--repetition-penalty": "already in the",
     "--rerank": None,
     "--rerank-scoring": None,
     "--rerank-top": "re-rank",
@@ -219,7 +243,7 @@ MEANINGS: dict[str, str | None] = {
     "--skip-top": None,
     "--step": None,
     "--steps": "soft tokens k",
-    "--stop": None,
+    "--stop": "a string that ends the",
     "--store-kv": None,
     "--symmetric": None,
     "--system": None,
@@ -228,7 +252,7 @@ MEANINGS: dict[str, str | None] = {
     "--teacher": None,
     "--temperature": "greedy",
     "--text-field": None,
-    "--threads": None,
+    "--threads": "torch cpu threads",
     "--title-field": None,
     "--token": "milvus credentials",
     "--token-encoding": None,

@@ -143,3 +143,8 @@ def test_inspect_returns_top_tokens_per_step(tiny_model):
         probs = [p for _, p in s.tokens]
         assert len(probs) == 4 and probs == sorted(probs, reverse=True) and 0 < sum(probs) <= 1.0 + 1e-6
         assert all(isinstance(t, str) for t, _ in s.tokens)
+    # max_length cuts the prompt the soft tokens read, as encode's does
+    text = "what does it say about the long text that follows " * 4
+    cut = tiny_model.inspect(text, steps=1, top=4, max_length=30)
+    assert cut == tiny_model.inspect(text[:200] + " more words", steps=1, top=4, max_length=30)
+    assert cut != tiny_model.inspect(text, steps=1, top=4)

@@ -30,20 +30,23 @@ def test_one_shot_prompt_prints_the_reply(saved):
 
 def test_conversation_keeps_history_and_reset_clears_it(saved):
     path, model = saved
+    # penalties off: the tiny random model's replies then depend on the history (checked below)
+    plain = {"max_new_tokens": 8, "repetition_penalty": 1.0, "no_repeat_ngram_size": 0}
+    options = ["--max-new-tokens", "8", "--repetition-penalty", "1", "--no-repeat-ngram-size", "0"]
     result = runner.invoke(
-        app, ["chat", "--model", path, "--max-new-tokens", "8"], input="hello\nhow are you?\n/reset\nhow are you?\n"
+        app, ["chat", "--model", path, *options], input="hello\nhow are you?\n/reset\nhow are you?\n"
     )
     assert result.exit_code == 0, result.output
-    first = model.generate("hello", max_new_tokens=8)
+    first = model.generate("hello", **plain)
     second = model.generate(
         [
             {"role": "user", "content": "hello"},
             {"role": "assistant", "content": first},
             {"role": "user", "content": "how are you?"},
         ],
-        max_new_tokens=8,
+        **plain,
     )
-    fresh = model.generate("how are you?", max_new_tokens=8)
+    fresh = model.generate("how are you?", **plain)
     assert second != fresh  # the history matters, so the check below can fail
     assert result.stdout == f"> {first}\n> {second}\n> > {fresh}\n> \n"
 
@@ -94,3 +97,47 @@ def test_chat_names_the_weights_that_generate_and_notes_the_raw_backbone(saved, 
     joint = runner.invoke(app, [*prompt, "--adapter", str(tmp_path / "emb"), "--generator", "adapter"])
     assert joint.exit_code == 0, joint.output
     assert "+ adapter" in joint.stderr and "note:" not in joint.stderr
+
+
+def test_every_decoding_option_reaches_the_reply(saved):
+    path, model = saved
+    knobs = {
+        "max_new_tokens": 10,
+        "temperature": 1.0,
+        "top_p": 0.9,
+        "seed": 4,
+        "repetition_penalty": 1.5,
+        "no_repeat_ngram_size": 2,
+        "frequency_penalty": 2.0,
+        "presence_penalty": 1.0,
+    }
+    options = [a for name, value in knobs.items() for a in ("--" + name.replace("_", "-"), str(value))]
+    result = runner.invoke(app, ["chat", "--model", path, "--prompt", "Hello there", *options])
+    assert result.exit_code == 0, result.output
+    expected = model.generate("Hello there", **knobs)
+    assert result.stdout == expected + "\n"
+    bad = runner.invoke(app, ["chat", "--model", path, "--prompt", "Hi", "--frequency-penalty", "3"])
+    assert bad.exit_code == 2 and "--frequency-penalty" in bad.output
+
+
+def test_help_shows_the_decoding_defaults():
+    from genembed.generation.sampling import ANSWER_SAMPLING, SamplingOptions
+
+    for command, defaults in (("chat", SamplingOptions()), ("ask", ANSWER_SAMPLING)):
+        text = " ".join(runner.invoke(app, [command, "--help"], env={"COLUMNS": "400"}).output.split())
+        assert f"(default: {defaults.max_new_tokens})" in text, command
+        for name in ("--max-new-tokens", "--top-p", "--repetition-penalty", "--no-repeat-ngram-size", "--stop"):
+            assert name in text, (command, name)
+        assert f"(0: off) (default: {defaults.no_repeat_ngram_size})" in text
+
+
+def test_max_length_refuses_a_conversation_too_long(saved):
+    path, model = saved
+    from genembed.generation.chat import chat_prompt_ids
+
+    n = len(chat_prompt_ids(model.backbone.tokenizer, "What is the capital of France?"))
+    prompt = ["chat", "--model", path, "--prompt", "What is the capital of France?", "--max-new-tokens", "4"]
+    result = runner.invoke(app, [*prompt, "--max-length", str(n - 1)])
+    assert result.exit_code == 2
+    assert f"the conversation is {n} tokens long, over --max-length {n - 1}" in result.output
+    assert runner.invoke(app, [*prompt, "--max-length", str(n)]).exit_code == 0

@@ -4,7 +4,10 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from genembed.generation.decoding import decode_stream, repetition_processors, sample_next
+from genembed.generation.decoding import decode_stream, sample_next
+from genembed.generation.sampling import SamplingOptions
+
+OFF = {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0}  # plain greedy decoding, no penalty
 
 PROMPT = "What is the capital of France?"
 
@@ -22,7 +25,7 @@ def _reference(model, ids: torch.Tensor, n: int) -> list[int]:
 
 def test_greedy_matches_hf_generate(chatty):
     ids = _ids(chatty)
-    ours = list(decode_stream(chatty.model, ids, max_new_tokens=24))
+    ours = list(decode_stream(chatty.model, ids, max_new_tokens=24, **OFF))
     assert ours == _reference(chatty.model, ids, 24)
     assert len(set(ours)) > 1  # a non-trivial continuation, so the comparison can fail
 
@@ -133,24 +136,50 @@ def test_sample_next_bad_settings():
         sample_next(torch.zeros(1, 3), top_p=0.0)
 
 
+def _processors(**knobs):
+    return SamplingOptions(**{**OFF, **knobs}).logits_processor()
+
+
 def test_repetition_processors_see_only_the_answer(tiny):
     """The tiny model's tied head repeats the last token forever; the processors stop repeats within the
     answer but, seeing only the answer's ids, still let it copy a prompt token."""
     ids = _ids(tiny)
-    plain = list(decode_stream(tiny.model, ids, max_new_tokens=8))
+    plain = list(decode_stream(tiny.model, ids, max_new_tokens=8, **OFF))
     assert len(set(plain)) == 1 and plain[0] == int(ids[0, -1])
-    guarded = list(decode_stream(tiny.model, ids, max_new_tokens=12, logits_processor=repetition_processors(2)))
+    guarded = list(
+        decode_stream(tiny.model, ids, max_new_tokens=12, logits_processor=_processors(no_repeat_ngram_size=2))
+    )
     assert guarded[0] == plain[0] and len(set(guarded)) > 2
     bigrams = list(zip(guarded, guarded[1:], strict=False))
     assert len(bigrams) == len(set(bigrams))
-    penalised = list(decode_stream(tiny.model, ids, max_new_tokens=6, logits_processor=repetition_processors(0, 1e4)))
-    assert penalised[0] == plain[0] and len(set(penalised)) == len(penalised)
+    for knobs in ({"repetition_penalty": 1e4}, {"presence_penalty": 2.0}, {"frequency_penalty": 2.0}):
+        penalised = list(decode_stream(tiny.model, ids, max_new_tokens=6, logits_processor=_processors(**knobs)))
+        assert penalised[0] == plain[0] and penalised != plain[:6], knobs
+    # the defaults are on: the same as passing the sampling options' processors
+    assert list(decode_stream(tiny.model, ids, max_new_tokens=8)) == list(
+        decode_stream(tiny.model, ids, max_new_tokens=8, logits_processor=SamplingOptions().logits_processor())
+    )
 
 
-def test_repetition_processors_settings():
-    assert repetition_processors(0, 1.0) is None
-    assert len(repetition_processors(3, 1.3)) == 2
-    with pytest.raises(ValueError, match="no_repeat_ngram_size must be an int >= 0"):
-        repetition_processors(-1)
-    with pytest.raises(ValueError, match="repetition_penalty must be > 0"):
-        repetition_processors(0, 0.0)
+def test_processors_follow_the_settings():
+    assert _processors() is None
+    names = [
+        type(p).__name__ for p in _processors(repetition_penalty=1.3, no_repeat_ngram_size=3, presence_penalty=0.1)
+    ]
+    assert names == [
+        "RepetitionPenaltyLogitsProcessor",
+        "NoRepeatNGramLogitsProcessor",
+        "FrequencyPresencePenaltyLogitsProcessor",
+    ]
+
+
+def test_frequency_and_presence_penalties_are_openais_formula():
+    from genembed.generation.penalties import FrequencyPresencePenaltyLogitsProcessor
+
+    scores = torch.tensor([[1.0, 2.0, 3.0, 4.0]])
+    ids = torch.tensor([[2, 2, 2, 0]])  # token 2 three times, token 0 once
+    out = FrequencyPresencePenaltyLogitsProcessor(frequency_penalty=0.5, presence_penalty=0.25)(ids, scores)
+    # mu[j] - c[j] * 0.5 - (c[j] > 0) * 0.25
+    assert out.tolist() == [[1.0 - 0.5 - 0.25, 2.0, 3.0 - 1.5 - 0.25, 4.0]]
+    encourage = FrequencyPresencePenaltyLogitsProcessor(frequency_penalty=-1.0, presence_penalty=0.0)(ids, scores)
+    assert encourage.tolist() == [[2.0, 2.0, 6.0, 4.0]]

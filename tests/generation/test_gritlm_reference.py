@@ -103,12 +103,13 @@ def test_greedy_generation_matches_gritlm(grit_folders, grit_model, kind):
     ids = chat_prompt_ids(model.backbone.tokenizer, prompt, model.prompt_format)
     assert ids == inputs["input_ids"][0].tolist()  # BOS + GritLM's turn
     backbone = model.backbone
+    plain = {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0}  # the reference decodes without penalties
     stream = decode_stream(
-        backbone.model, torch.tensor([ids]), max_new_tokens=new, eos_token_ids=eos_token_ids(backbone)
+        backbone.model, torch.tensor([ids]), max_new_tokens=new, eos_token_ids=eos_token_ids(backbone), **plain
     )
     got = list(stream)
     eos = backbone.tokenizer.eos_token_id
     want = want[: want.index(eos)] if eos in want else want  # the reference keeps the EOS it stops at
     assert got == want and len(set(got)) > 2  # identical tokens, and not one token repeated
-    text = model.generate(prompt, max_new_tokens=new)
+    text = model.generate(prompt, max_new_tokens=new, **plain)
     assert text == backbone.tokenizer.decode(got, skip_special_tokens=True)  # the public path, same tokens

@@ -5,14 +5,29 @@ from __future__ import annotations
 import pytest
 import torch
 
-from genembed.generation.sampling import SamplingOptions
-from genembed.retrieval.rag import ANSWER_SAMPLING
+from genembed.generation.sampling import ANSWER_SAMPLING, SamplingOptions
+from genembed.retrieval.rag import ANSWER_SAMPLING as RAG_ANSWER_SAMPLING
 
 
-def test_defaults_are_greedy_and_unpenalised():
+def test_defaults_are_greedy_and_guard_against_loops():
     options = SamplingOptions()
     assert (options.max_new_tokens, options.temperature, options.top_p, options.seed) == (256, 0.0, 1.0, None)
-    assert options.logits_processor() is None and options.generator("cpu") is None
+    assert options.generator("cpu") is None and options.stop == ()
+    # the measured defaults (docs/experiments.md, "Decoding defaults")
+    assert (options.repetition_penalty, options.no_repeat_ngram_size) == (1.2, 4)
+    assert (options.frequency_penalty, options.presence_penalty) == (0.0, 0.0)
+    off = SamplingOptions(repetition_penalty=1.0, no_repeat_ngram_size=0)
+    assert off.logits_processor() is None
+
+
+def test_stop_is_one_string_or_several():
+    assert SamplingOptions(stop="\n\n").stop == ("\n\n",)
+    assert SamplingOptions.build(stop=["a", "b"]).stop == ("a", "b")
+    assert SamplingOptions(stop=None).stop == ()
+    with pytest.raises(ValueError, match=r"stop\[1\] is empty"):
+        SamplingOptions(stop=["a", ""])
+    with pytest.raises(TypeError, match=r"stop\[0\] must be a string, got int"):
+        SamplingOptions(stop=[3])
 
 
 @pytest.mark.parametrize(
@@ -27,6 +42,8 @@ def test_defaults_are_greedy_and_unpenalised():
         ({"no_repeat_ngram_size": True}, "no_repeat_ngram_size must be an int >= 0, got True"),
         ({"repetition_penalty": 0.0}, "repetition_penalty must be > 0, got 0.0"),
         ({"seed": "7"}, "seed must be an int or None, got '7'"),
+        ({"frequency_penalty": 2.5}, r"frequency_penalty must be in \[-2, 2\], got 2.5"),
+        ({"presence_penalty": -3.0}, r"presence_penalty must be in \[-2, 2\], got -3.0"),
     ],
 )
 def test_bad_values_name_the_field(changes, message):
@@ -36,7 +53,8 @@ def test_bad_values_name_the_field(changes, message):
 
 def test_build_changes_a_base_and_refuses_unknown_keywords():
     built = SamplingOptions.build(ANSWER_SAMPLING, temperature=0.5)
-    assert built == SamplingOptions(max_new_tokens=128, temperature=0.5, no_repeat_ngram_size=4)
+    assert built == SamplingOptions(max_new_tokens=128, temperature=0.5, repetition_penalty=1.0, no_repeat_ngram_size=4)
+    assert ANSWER_SAMPLING is RAG_ANSWER_SAMPLING  # rag's name for it
     assert SamplingOptions.build() == SamplingOptions() and SamplingOptions.build(built) is not built
     with pytest.raises(TypeError, match=r"unknown sampling option\(s\) max_tokens, topp; known: max_new_tokens, "):
         SamplingOptions.build(max_tokens=3, topp=0.9)
@@ -46,7 +64,8 @@ def test_the_seed_makes_a_reproducible_generator_and_penalties_make_processors()
     a, b = SamplingOptions(seed=3).generator("cpu"), SamplingOptions(seed=3).generator("cpu")
     assert torch.equal(torch.rand(4, generator=a), torch.rand(4, generator=b))
     assert len(SamplingOptions(no_repeat_ngram_size=3, repetition_penalty=1.3).logits_processor()) == 2
-    assert len(SamplingOptions(repetition_penalty=1.3).logits_processor()) == 1
+    assert len(SamplingOptions(repetition_penalty=1.3, no_repeat_ngram_size=0).logits_processor()) == 1
+    assert len(SamplingOptions(frequency_penalty=0.1).logits_processor()) == 3
 
 
 def test_generate_takes_the_keywords_or_the_type(tiny_model):

@@ -438,3 +438,12 @@ def test_blend_recomputes_the_tokens_that_isolation_changed_most(tiny_model, doc
     with pytest.raises(ValueError, match=r"recompute must be in \[0, 1\], got -0.1"):  # checked with nothing cached too
         build_context(tiny_model, index, query, sources, mode="none", recompute=-0.1)
     assert blend(lm, cache, ids, candidates, 0.0) == (cache, [])
+
+
+def test_max_length_cuts_the_question_prompt(tiny_model, docs_file, tmp_path):
+    index = _index(tiny_model, docs_file, tmp_path, "mean")
+    long_question = QUESTION + " Please answer in detail, citing every passage you read." * 5
+    full, _ = retrieve(tiny_model, index, long_question, top_k=1)
+    cut, _ = retrieve(tiny_model, index, long_question, top_k=1, max_length=40)
+    assert len(full.ids) > 40 and len(cut.ids) == 40
+    assert not torch.allclose(torch.as_tensor(cut.embeddings), torch.as_tensor(full.embeddings))

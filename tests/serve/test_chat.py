@@ -41,6 +41,20 @@ def test_seeded_sampling_is_reproducible(served, openai_client):
     assert expected != served.reference.generate(MESSAGES, max_new_tokens=16)  # sampling, not greedy
 
 
+def test_decoding_fields_have_the_library_names_and_effects(served, openai_client):
+    # OpenAI's penalties as the client sends them, genembed's own as extra body fields: the same
+    # names as model.generate's keywords, the same reply
+    penalties = {"frequency_penalty": 1.5, "presence_penalty": -0.5}
+    extra = {"repetition_penalty": 1.0, "no_repeat_ngram_size": 2}
+    response = openai_client.chat.completions.create(
+        model="m", messages=MESSAGES, max_tokens=16, **penalties, extra_body=extra
+    )
+    expected = served.reference.generate(MESSAGES, max_new_tokens=16, **penalties, **extra)
+    assert response.choices[0].message.content == expected
+    plain = served.reference.generate(MESSAGES, max_new_tokens=16, repetition_penalty=1.0, no_repeat_ngram_size=0)
+    assert expected != plain  # the settings changed the reply
+
+
 def test_streaming_with_the_openai_client(served, openai_client):
     kwargs = {"temperature": 1.0, "seed": 3}
     stream = openai_client.chat.completions.create(

@@ -8,7 +8,7 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-TEXTS = ["The quick brown fox jumps over the lazy dog.", "A man is playing a guitar.", "", "Paris, France"]
+TEXTS = ["The quick brown fox jumps over the lazy dog.", "A man is playing a guitar.", "Hi", "Paris, France"]
 
 
 def test_float_embeddings_equal_direct_encoding(served, openai_client):

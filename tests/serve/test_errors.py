@@ -32,6 +32,7 @@ def _error(response: httpx.Response, status: int) -> dict:
         ({"input": "x", "steps": 0}, "steps"),
         ({"input": "x", "steps": "many"}, "steps"),
         ({"input": ""}, "input"),
+        ({"input": ["ok", ""]}, "input.1"),
     ],
 )
 def test_malformed_embedding_bodies_are_422(served, body, param):
@@ -61,7 +62,41 @@ def test_invalid_json_and_bad_values_are_422(served):
         _error(httpx.post(served.url + "/v1/chat/completions", json=body), 422)
     _error(httpx.post(served.url + "/v1/rerank", json={"query": "q", "documents": []}), 422)
     error = _error(httpx.post(served.url + "/v1/rerank", json={"query": "", "documents": ["d"]}), 422)
-    assert error["message"].startswith("invalid request: query:"), error
+    assert error["message"] == (
+        "invalid request: query: Value error, query must be a non-empty string: reranking scores the documents "
+        "against it"
+    )
+
+
+def test_bad_values_say_what_is_accepted(served):
+    post = lambda path, body: httpx.post(served.url + path, json=body)  # noqa: E731
+    for steps in ("five", 0, 2.5):
+        error = _error(post("/v1/embeddings", {"input": "x", "steps": steps}), 422)
+        assert (
+            error["message"]
+            == f"invalid request: steps: Value error, steps must be an integer >= 1 or 'auto', got {steps!r}"
+        )
+    error = _error(post("/v1/embeddings", {"input": ["a", "", "c"]}), 422)
+    assert error["param"] == "input.1"
+    assert error["message"] == (
+        "invalid request: input.1: Value error, an empty input has nothing to embed; send at least one character"
+    )
+    chat = {"messages": [{"role": "user", "content": "hi"}]}
+    error = _error(post("/v1/chat/completions", {**chat, "stop": ["ok", ""]}), 422)
+    assert error["param"] == "stop.1" and "a stop string must have at least one character" in error["message"]
+    error = _error(post("/v1/chat/completions", {**chat, "frequency_penalty": 2.5}), 422)
+    assert error["param"] == "frequency_penalty"
+
+
+def test_a_body_that_is_not_utf8_says_so(served):
+    body = b'{"input": "caf\xe9"}'  # latin-1, not UTF-8
+    response = httpx.post(served.url + "/v1/embeddings", content=body, headers={"content-type": "application/json"})
+    error = _error(response, 400)
+    assert error["param"] == "body" and error["code"] == "invalid_json"
+    assert error["message"] == (
+        "the request body is not valid UTF-8 JSON: byte 0xe9 at position 14 is not UTF-8; "
+        "send the JSON encoded as UTF-8"
+    )
 
 
 def test_openai_client_raises_with_the_server_message(openai_client):

@@ -99,4 +99,7 @@ def test_unreadable_body_is_a_declared_400(make_client):
         "/v1/embeddings", content=b'{"input": "\xff\xfe"}', headers={"content-type": "application/json"}
     )
     assert response.status_code == 400
-    assert response.json()["error"]["message"] == "There was an error parsing the body"
+    assert response.json()["error"]["message"] == (
+        "the request body is not valid UTF-8 JSON: byte 0xff at position 11 is not UTF-8; "
+        "send the JSON encoded as UTF-8"
+    )

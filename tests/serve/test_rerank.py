@@ -131,9 +131,12 @@ def test_a_long_document_is_cut_to_fit_by_default_through_the_cohere_clients(ser
     )
     assert [r.index for r in v2.results] == [r.index for r in expected]
     assert "1 document(s) cut to fit" in v2.meta.warnings[0] and "(indices 0)" in v2.meta.warnings[0]
+    assert v1.meta.warnings == v2.meta.warnings  # v1 says so too, in Cohere v1's meta.warnings
+    assert v1.meta.api_version.version == "1"
     q = _tokens(served, QUERY)
     assert v2.meta.tokens.input_tokens == len(docs) * q + room + sum(_tokens(served, d) for d in DOCS)
     assert _rerank(served, "/v2/rerank").get("meta", {}).get("warnings") is None  # nothing cut, nothing said
+    assert "meta" not in _rerank(served, "/v1/rerank")
 
 
 def test_truncation_false_refuses_a_long_document_with_its_real_length(served):

@@ -73,6 +73,8 @@ def test_cli_exports_and_reports_errors(run, tmp_path):
     assert (tmp_path / "a" / "adapter_model.safetensors").is_file()
     bad = CliRunner().invoke(app, ["export-checkpoint", str(run), "--out", str(tmp_path / "b"), "--step", "9"])
     assert bad.exit_code == 2 and "no checkpoint for step 9" in bad.output
-    half = CliRunner().invoke(app, ["export-checkpoint", str(run), "--out", str(tmp_path / "c"), "--dtype", "bfloat16"])
+    half = CliRunner().invoke(
+        app, ["export-checkpoint", str(run), "--out", str(tmp_path / "c"), "--save-dtype", "bfloat16"]
+    )
     assert half.exit_code == 0, half.output
     assert {t.dtype for t in load_file(tmp_path / "c" / "adapter_model.safetensors").values()} == {torch.bfloat16}

@@ -6,6 +6,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
+from genembed.encoders.defaults import DEFAULT_MAX_LENGTH
 from genembed.encoders.methods import METHOD_RULES, METHODS
 from genembed.encoders.prompts import PROMPT_FORMATS
 
@@ -91,28 +92,14 @@ AttentionOpt = Annotated[
     str | None,
     typer.Option("--attention", help=f"causal or bidirectional (default: the model's own; {FIXED_ATTENTION_HELP})"),
 ]
+MaxLengthOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-length", min=1, help=f"tokens per prompt, cut from the end (default: the model's, {DEFAULT_MAX_LENGTH})"
+    ),
+]
 InstructionOpt = Annotated[str, typer.Option("--instruction", "-i", help="instruction steering the embedding")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="no progress bars")]
-# sampling options default to None: the library's defaults (genembed.generation.sampling) apply
-TemperatureOpt = Annotated[float | None, typer.Option("--temperature", "-t", min=0.0, help="0 = greedy (default)")]
-TopPOpt = Annotated[float | None, typer.Option("--top-p", min=0.0, max=1.0, help="nucleus sampling threshold")]
-SeedOpt = Annotated[int | None, typer.Option("--seed", help="seed for sampling")]
-
-
-def max_new_tokens_option(help: str) -> Any:
-    """``--max-new-tokens``: the most tokens a reply or an answer gets."""
-    return typer.Option("--max-new-tokens", min=1, help=help)
-
-
-def sampling_options(base: Any = None, **values: Any) -> Any:
-    """The :class:`~genembed.generation.sampling.SamplingOptions` of a command's options (those left
-    unset, None, keep ``base``'s or the library's defaults); a bad value is a usage error."""
-    from genembed.generation.sampling import SamplingOptions
-
-    try:
-        return SamplingOptions.build(base, **{name: v for name, v in values.items() if v is not None})
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
 
 
 def out_option(help: str) -> Any:

@@ -2,7 +2,8 @@
 name per concept: ``-k`` is ``--steps`` everywhere, ``--top`` is how many results, ``--rerank-top`` how
 many are re-ranked (and it implies reranking), ``--generator`` chooses the weights that generate,
 ``--kv-cache`` is how ``ask`` reuses KV states and ``--cache-file`` where ``eval`` caches embeddings,
-``-p`` is ``--port``, and ``--max-length`` is the most tokens of one prompt (``serve`` too; queries and
+``-p`` is ``--port``, ``--dtype`` the dtype a model computes in (``export-checkpoint --save-dtype`` the
+dtype it stores), and ``--max-length`` is the most tokens of one prompt (``serve`` too; queries and
 documents get their own with ``--query-max-length``/``--doc-max-length``). ``--chunk-tokens`` stays
 apart: the size of the pieces a document is split into for an index, where nothing is cut off.
 
@@ -29,7 +30,13 @@ _GENERATION_ADAPTER = {
 
 # command (as typed after `genembed`): {old spelling: what it is now}
 OLD_SPELLINGS: dict[str, dict[str, tuple[str, ...]]] = {
-    "ask": {"--top-k": ("--top",), "-k": ("--top",), "--candidates": ("--rerank-top",), "--cache": ("--kv-cache",)},
+    "ask": {
+        "--top-k": ("--top",),
+        "-k": ("--top",),
+        "--candidates": ("--rerank-top",),
+        "--cache": ("--kv-cache",),
+        "--no-repeat-ngram": ("--no-repeat-ngram-size",),  # the name of SamplingOptions and the chat route
+    },
     "demo": {"--top-k": ("--top",)},
     # chat does not embed: --center changed nothing there
     "chat": {
@@ -42,6 +49,8 @@ OLD_SPELLINGS: dict[str, dict[str, tuple[str, ...]]] = {
     "serve": {"--max-input-tokens": ("--max-length",), **_GENERATION_ADAPTER},
     "mine-negatives": {"-n": ("--num-negatives",), "--depth": ("--top",)},
     "eval": {"--cache": ("--cache-file",)},
+    # --dtype is the compute dtype everywhere else; here it was the storage dtype
+    "export-checkpoint": {"--dtype": ("--save-dtype",)},
 }
 
 

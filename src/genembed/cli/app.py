@@ -24,6 +24,7 @@ from . import (
     teacher_cmd,
     train_cmd,
 )
+from ._added_options import with_threads
 from ._help import FlagHelpGroup
 from ._spellings import command_class
 
@@ -54,13 +55,14 @@ def _options(
     """Generative text embeddings: GIRCSE soft-token refinement and GRIT one-model embedding + generation."""
 
 
-def _add(name: str, function: Any, group: typer.Typer = app) -> None:
-    """Register ``function`` as ``name``, still accepting the command's old option spellings."""
-    group.command(name, cls=command_class(name))(function)
+def _add(name: str, function: Any, group: typer.Typer = app, *, torch: bool = True) -> None:
+    """Register ``function`` as ``name``, still accepting the command's old option spellings; a command
+    that runs torch (``torch``) gains ``--threads``."""
+    group.command(name, cls=command_class(name))(with_threads(function) if torch else function)
 
 
 _add("demo", demo.demo)
-_add("models", models_cmd.models)
+_add("models", models_cmd.models, torch=False)
 _add("inspect", inspect_cmd.inspect)
 _add("encode", encode_cmd.encode)
 _add("chat", chat_cmd.chat)
@@ -72,10 +74,10 @@ index_cmd.index_app.command("delete", cls=command_class("index delete"))(index_s
 app.add_typer(index_cmd.index_app, name="index")
 _add("ask", ask_cmd.ask)
 _add("train", train_cmd.train)
-_add("export-checkpoint", train_cmd.export_checkpoint)
+_add("export-checkpoint", train_cmd.export_checkpoint, torch=False)
 _add("make-gen-data", gen_data_cmd.make_gen_data)
 _add("mine-negatives", mine_cmd.mine_negatives)
-_add("install-teacher", teacher_cmd.install_teacher)
+_add("install-teacher", teacher_cmd.install_teacher, torch=False)
 _add("teacher-targets", targets_cmd.teacher_targets)
 
 

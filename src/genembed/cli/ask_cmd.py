@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from genembed.generation.sampling import ANSWER_SAMPLING, SamplingOptions
+
 from . import _store
 from ._common import (
     AdapterOpt,
@@ -14,17 +16,15 @@ from ._common import (
     DtypeOpt,
     GeneratorOpt,
     ModelOpt,
-    SeedOpt,
-    TemperatureOpt,
     load_index_model,
-    max_new_tokens_option,
     rerank_top_option,
-    sampling_options,
     say_generation_weights,
     top_option,
 )
+from ._decoding import decoding_options
 
 
+@decoding_options(ANSWER_SAMPLING, what="answer")
 def ask(
     index_dir: Annotated[str, typer.Argument(help=_store.WHERE_HELP)],
     question: Annotated[str, typer.Argument(help="the question")],
@@ -55,16 +55,13 @@ def ask(
             "(--rerank alone: genembed.retrieval.rag.ask's rerank_candidates, 10)"
         ),
     ] = None,
-    max_new_tokens: Annotated[int | None, max_new_tokens_option("tokens per answer, at most")] = None,
-    temperature: TemperatureOpt = None,
-    seed: SeedOpt = None,
-    no_repeat_ngram: Annotated[
+    max_length: Annotated[
         int | None,
-        typer.Option("--no-repeat-ngram", min=0, help="no n-gram of this size twice in the answer (0: off)"),
-    ] = None,
-    repetition_penalty: Annotated[
-        float | None,
-        typer.Option("--repetition-penalty", min=0.01, help="penalise tokens already in the answer (1: off)"),
+        typer.Option(
+            "--max-length",
+            min=1,
+            help="tokens per prompt the question is embedded in, cut from the end (default: the index's)",
+        ),
     ] = None,
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
@@ -75,6 +72,7 @@ def ask(
     search_param: _store.SearchParamOpt = None,
     collection: _store.CollectionOpt = None,
     token: _store.TokenOpt = None,
+    sampling: SamplingOptions | None = None,
 ) -> None:
     """Answer QUESTION from the passages of INDEX_DIR with one model (retrieval and generation)."""
     rerank = rerank or rerank_top is not None  # --rerank-top N reranks, as in eval
@@ -83,7 +81,6 @@ def ask(
 
     from genembed.retrieval.context import mode_layout
     from genembed.retrieval.errors import IndexLoadError
-    from genembed.retrieval.rag import ANSWER_SAMPLING
     from genembed.retrieval.rag import ask as rag_ask
     from genembed.retrieval.stores import open_index
 
@@ -91,14 +88,6 @@ def ask(
         typer.secho(f"error: {message}", fg="red", err=True)
         raise typer.Exit(2)
 
-    sampling = sampling_options(
-        ANSWER_SAMPLING,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        seed=seed,
-        no_repeat_ngram_size=no_repeat_ngram,
-        repetition_penalty=repetition_penalty,
-    )
     try:  # everything that can be checked before the model loads
         mode_layout(kv_cache, order)
         index = open_index(_store.location(index_dir, collection, token))
@@ -126,6 +115,7 @@ def ask(
             sampling=sampling,
             filter=filter,
             recompute=recompute,
+            max_length=max_length,
             on_text=lambda piece: console.print(piece, end="", markup=False, highlight=False),
         )
     except ValueError as exc:

@@ -13,7 +13,17 @@ from typing import Annotated
 
 from genembed.encoders.instructions import DEFAULT_QUERY_INSTRUCTION
 
-from ._common import AdapterOpt, CenterOpt, DeviceOpt, DtypeOpt, ModelOpt, StepsOpt, load_model, top_option
+from ._common import (
+    AdapterOpt,
+    CenterOpt,
+    DeviceOpt,
+    DtypeOpt,
+    MaxLengthOpt,
+    ModelOpt,
+    StepsOpt,
+    load_model,
+    top_option,
+)
 
 
 def _read_jsonl(name: str) -> list[dict]:
@@ -29,6 +39,7 @@ def demo(
     center: CenterOpt = None,
     steps: StepsOpt = None,
     top: Annotated[int, top_option("the N best results shown per query")] = 3,
+    max_length: MaxLengthOpt = None,
 ) -> None:
     """Encode a sample corpus, search it with sample queries, and show the soft tokens of one query."""
     from rich.console import Console
@@ -39,7 +50,7 @@ def demo(
 
     t0 = time.perf_counter()
     loaded = load_model(model, adapter, dtype, center, device)
-    settings = loaded.embed_settings(steps=steps)
+    settings = loaded.embed_settings(steps=steps, max_length=max_length)
     how = f"{settings.method}, K={settings.steps}" if settings.rules.uses_steps else settings.method
     timings.append(("load model", time.perf_counter() - t0, loaded.name))
     corpus, queries = _read_jsonl("sample_corpus.jsonl"), [q["text"] for q in _read_jsonl("sample_queries.jsonl")]
@@ -47,12 +58,12 @@ def demo(
     tokens = sum(len(ids) for ids in loaded.backbone.tokenizer(docs, add_special_tokens=False)["input_ids"])
 
     t0 = time.perf_counter()
-    doc_emb = loaded.encode_document(docs, steps=steps, batch_size=16)
+    doc_emb = loaded.encode_document(docs, steps=steps, max_length=max_length, batch_size=16)
     dt = time.perf_counter() - t0
     timings.append((f"encode {len(docs)} documents ({how})", dt, f"{len(docs) / dt:.1f} texts/s, {tokens} text tokens"))
 
     t0 = time.perf_counter()
-    query_emb = loaded.encode_query(queries, steps=steps)
+    query_emb = loaded.encode_query(queries, steps=steps, max_length=max_length)
     timings.append((f"encode {len(queries)} queries", time.perf_counter() - t0, ""))
 
     scores = query_emb @ doc_emb.T
@@ -68,7 +79,7 @@ def demo(
     console.print(table)
 
     t0 = time.perf_counter()
-    steps_info = loaded.inspect(queries[0], instruction=DEFAULT_QUERY_INSTRUCTION, steps=steps)
+    steps_info = loaded.inspect(queries[0], instruction=DEFAULT_QUERY_INSTRUCTION, steps=steps, max_length=max_length)
     timings.append(("inspect one query", time.perf_counter() - t0, ""))
     tokens_table = Table(title=f"soft tokens of {queries[0]!r}: top tokens of p_k")
     tokens_table.add_column("k", justify="right")

@@ -13,18 +13,8 @@ from typing import Annotated
 
 import typer
 
-from ._common import (
-    DeviceOpt,
-    DtypeOpt,
-    ModelOpt,
-    TemperatureOpt,
-    TopPOpt,
-    adapter_option,
-    load_model,
-    max_new_tokens_option,
-    out_option,
-    top_option,
-)
+from ._common import DeviceOpt, DtypeOpt, ModelOpt, adapter_option, load_model, out_option, top_option
+from ._decoding import decoding_option
 
 
 def make_gen_data(
@@ -39,7 +29,7 @@ def make_gen_data(
     offset: Annotated[
         int, typer.Option("--offset", min=0, help="skip this many shuffled prompts first (a held-aside split)")
     ] = 0,
-    max_new_tokens: Annotated[int, max_new_tokens_option("tokens per response")] = 128,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", min=1, help="tokens per response")] = 128,
     rag: Annotated[
         bool,
         typer.Option("--rag", help="questions (query) with passages (pos, then distractors) in genembed ask's prompt"),
@@ -48,14 +38,15 @@ def make_gen_data(
     passage_tokens: Annotated[
         int, typer.Option("--passage-tokens", min=1, help="--rag: each passage cut to this many tokens")
     ] = 160,
-    no_repeat_ngram: Annotated[
-        int, typer.Option("--no-repeat-ngram", min=0, help="no n-gram of this size twice in a response (0: off)")
+    no_repeat_ngram_size: Annotated[
+        int,
+        typer.Option("--no-repeat-ngram-size", min=0, help="no n-gram of this size twice in a response (0: off)"),
     ] = 0,
     batch_size: Annotated[
         int, typer.Option("--batch-size", min=1, help="prompts per forward pass (generated together)")
     ] = 8,
-    temperature: TemperatureOpt = 0.0,
-    top_p: TopPOpt = 1.0,
+    temperature: decoding_option("temperature", what="response") = 0.0,
+    top_p: decoding_option("top_p", what="response") = 1.0,
     seed: Annotated[int, typer.Option("--seed", help="seed for sampling and the prompt shuffle")] = 0,
 ) -> None:
     """Generate responses to prompts with the base model and write generative training data.
@@ -89,7 +80,7 @@ def make_gen_data(
         seed=seed,
         limit=limit,
         offset=offset,
-        no_repeat_ngram_size=no_repeat_ngram,
+        no_repeat_ngram_size=no_repeat_ngram_size,
     )
     rows = sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
     typer.echo(f"wrote {rows} prompt/response pairs to {path}")

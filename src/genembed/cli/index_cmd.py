@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from . import _store
+from ._added_options import with_threads
 from ._common import (
     AdapterOpt,
     AttentionOpt,
@@ -69,6 +70,7 @@ def _ref(value: str | None) -> str | None:
 
 
 @index_app.command("build", cls=command_class("index build"))
+@with_threads
 def build(
     sources: SourcesArg,
     out: Annotated[str, out_option(f"where to write the index: {_store.WHERE_HELP}")],
@@ -80,6 +82,15 @@ def build(
     ] = False,
     chunk_tokens: Annotated[int, typer.Option("--chunk-tokens", min=1, help="document tokens per chunk")] = 256,
     overlap: Annotated[int, typer.Option("--overlap", min=0, help="tokens shared by consecutive chunks")] = 32,
+    max_length: Annotated[
+        int | None,
+        typer.Option(
+            "--max-length",
+            min=1,
+            help="tokens per prompt a chunk is embedded in, cut from the end (default: --chunk-tokens + 256, room "
+            "for its title and the template)",
+        ),
+    ] = None,
     kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="KV storage: float32, float16 or bfloat16")] = "float16",
     method: MethodOpt = None,
     steps: StepsOpt = None,
@@ -107,9 +118,8 @@ def build(
     from genembed.retrieval.kv_store import resolve_kv_dtype
 
     where = _store.location(out, collection, token)
-    max_length = chunk_tokens + 256  # room for title + template
     given = {"method": method, "steps": steps, "attention": attention, "prompt_format": prompt_format}
-    given["max_length"] = max_length
+    given["max_length"] = max_length or chunk_tokens + 256  # room for title + template
     check_settings(**given)
     try:  # check settings before loading the model
         resolve_kv_dtype(kv_dtype)
@@ -144,6 +154,7 @@ def build(
 
 
 @index_app.command("add", cls=command_class("index add"))
+@with_threads
 def add(
     index_dir: Annotated[str, typer.Argument(help=_store.WHERE_HELP)],
     sources: SourcesArg,

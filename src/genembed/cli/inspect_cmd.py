@@ -6,7 +6,17 @@ from typing import Annotated
 
 import typer
 
-from ._common import AdapterOpt, DeviceOpt, DtypeOpt, InstructionOpt, ModelOpt, StepsOpt, load_model, top_option
+from ._common import (
+    AdapterOpt,
+    DeviceOpt,
+    DtypeOpt,
+    InstructionOpt,
+    MaxLengthOpt,
+    ModelOpt,
+    StepsOpt,
+    load_model,
+    top_option,
+)
 
 
 def inspect(
@@ -14,6 +24,7 @@ def inspect(
     instruction: InstructionOpt = "",
     steps: StepsOpt = None,
     top: Annotated[int, top_option("the N best (most probable) tokens shown per step")] = 8,
+    max_length: MaxLengthOpt = None,
     model: ModelOpt = None,
     adapter: AdapterOpt = None,
     dtype: DtypeOpt = "auto",
@@ -27,6 +38,6 @@ def inspect(
     table = Table(title=f"soft tokens of {text!r}" + (f" | {instruction}" if instruction else ""))
     table.add_column("k", justify="right")
     table.add_column(f"top {top} tokens of p_k (probability)")
-    for step in loaded.inspect(text, instruction=instruction, steps=steps, top=top):
+    for step in loaded.inspect(text, instruction=instruction, steps=steps, top=top, max_length=max_length):
         table.add_row(str(step.step), "  ".join(f"{tok!r} {p:.2f}" for tok, p in step.tokens))
     Console(width=160).print(table)

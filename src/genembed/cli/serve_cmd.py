@@ -114,9 +114,6 @@ def serve(
     graceful_timeout: Annotated[
         float, typer.Option(min=0, help="seconds to finish accepted requests on shutdown")
     ] = 30.0,
-    threads: Annotated[
-        int | None, typer.Option("--threads", min=1, help="torch CPU threads (default: torch's, one per core)")
-    ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
     instructions: Annotated[
         Path | None,
@@ -214,10 +211,6 @@ def serve(
             fg="yellow",
             err=True,
         )
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
     loaded = load_model(model, adapter, dtype, center, device, generator, as_published)
     try:  # a model saved with its settings (model.save) serves its own method and K unless told otherwise
         settings = replace(settings, method=method or loaded.method, default_steps=steps or loaded.steps)

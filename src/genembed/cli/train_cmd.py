@@ -53,8 +53,11 @@ def export_checkpoint(
     step: Annotated[
         int | None, typer.Option("--step", min=1, help="checkpoint step (default: the newest)", show_default=False)
     ] = None,
-    dtype: Annotated[
-        str, typer.Option("--dtype", help="dtype the weights are stored in: float32, bfloat16 (half the size), float16")
+    save_dtype: Annotated[
+        str,
+        typer.Option(
+            "--save-dtype", help="dtype the weights are stored in: float32, bfloat16 (half the size), float16"
+        ),
     ] = "float32",
 ) -> None:
     """Write a checkpoint of a run (finished or not) as an adapter folder for genembed.load and eval."""
@@ -64,7 +67,7 @@ def export_checkpoint(
     from genembed.training.export import export_checkpoint as export
 
     try:
-        folder = export(run_dir, out, step=step, dtype=dtype)
+        folder = export(run_dir, out, step=step, dtype=save_dtype)
     except (ConfigError, DamagedFileError, MissingModelError) as exc:
         typer.secho(f"error: {exc}", fg="red", err=True)
         raise typer.Exit(2) from exc

@@ -85,7 +85,6 @@ def generate_pieces(
     messages_or_prompt: Messages,
     *,
     sampling: SamplingOptions | None = None,
-    stop: str | Sequence[str] | None = None,
     use_adapter: bool | str = True,
     prompt_format: str | None = None,
     **options: Unpack[SamplingKwargs],
@@ -97,8 +96,7 @@ def generate_pieces(
         messages_or_prompt: a user prompt, or a conversation as ``[{"role": ..., "content": ...}]``.
         sampling: how tokens are picked (None: the defaults of
             :class:`~genembed.generation.sampling.SamplingOptions`), changed by ``options``, its keywords
-            (``max_new_tokens``, ``temperature``, ``top_p``, ``seed``, ...).
-        stop: strings that end the reply; the reply is cut before the first one.
+            (``max_new_tokens``, ``temperature``, ``top_p``, ``seed``, ``repetition_penalty``, ``stop``, ...).
         use_adapter: run with the peft adapter (if any) enabled, or with the named one (a generation
             adapter); see :mod:`genembed.generation.adapters`.
         prompt_format: the embedding prompt format of the model; ``"gritlm"`` chats in GritLM's format
@@ -108,12 +106,6 @@ def generate_pieces(
         ValueError / TypeError: bad messages or settings, or a prompt longer than the model's context
             (raised when the call is made, before any piece).
     """
-    if isinstance(stop, str):
-        stop = [stop]
-    stops = list(stop or [])
-    for i, s in enumerate(stops):
-        if not isinstance(s, str):
-            raise TypeError(f"stop[{i}] must be a string, got {type(s).__name__}")
     sampling = SamplingOptions.build(sampling, **options)
     model, tokenizer = backbone.model, backbone.tokenizer
     ids = chat_prompt_ids(tokenizer, messages_or_prompt, prompt_format)
@@ -130,4 +122,4 @@ def generate_pieces(
         eos_token_ids=eos_token_ids(backbone),
     )
     tokens = each_step_in(functools.partial(adapter_mode, model, use_adapter), tokens)
-    return stream_pieces(tokenizer, tokens, stops)
+    return stream_pieces(tokenizer, tokens, list(sampling.stop))

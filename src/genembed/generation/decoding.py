@@ -17,7 +17,7 @@ import torch
 from ..backbone.attention import run_decoder
 from .sampling import SamplingKwargs, SamplingOptions
 
-__all__ = ["decode_stream", "lm_head", "repetition_processors", "sample_next"]
+__all__ = ["decode_stream", "lm_head", "sample_next"]
 
 
 def lm_head(model: Any) -> torch.nn.Module:
@@ -70,25 +70,6 @@ def sample_next(
     return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
 
 
-def repetition_processors(
-    no_repeat_ngram_size: int = SamplingOptions.no_repeat_ngram_size,
-    repetition_penalty: float = SamplingOptions.repetition_penalty,
-) -> Any:
-    """transformers logits processors against repetition, or None when both are off.
-
-    Args:
-        no_repeat_ngram_size: ban any token that would complete an n-gram of this size already in the
-            sequence they are given (``NoRepeatNGramLogitsProcessor``); 0 turns it off.
-        repetition_penalty: divide positive (multiply negative) logits of tokens already in the sequence
-            by this (``RepetitionPenaltyLogitsProcessor``, CTRL); 1.0 turns it off.
-
-    Raises:
-        ValueError: a negative n-gram size or a penalty <= 0.
-    """
-    options = SamplingOptions(no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty)
-    return options.logits_processor()
-
-
 @torch.no_grad()
 def decode_stream(
     model: Any,
@@ -121,7 +102,8 @@ def decode_stream(
             defaults), changed by ``options`` (its keywords, e.g. ``max_new_tokens=16``).
         eos_token_ids: generation stops when one of these is produced (it is not yielded).
         generator: a ``torch.Generator`` for sampling (None: one seeded with ``sampling.seed``, if set).
-        logits_processor: transformers logits processors (None: ``sampling``'s repetition settings),
+        logits_processor: transformers logits processors (None: ``sampling``'s,
+            :meth:`~genembed.generation.sampling.SamplingOptions.logits_processor`),
             called with the ids generated so far, *not* the prompt (so a repetition penalty does not
             discourage copying from the prompt), before each token after the first is picked.
 

@@ -22,7 +22,7 @@ from ..generation.chat import eos_token_ids
 from ..generation.decoding import decode_stream
 from ..generation.detokenize import stream_pieces
 from ..generation.rag_prompt import RagPrompt
-from ..generation.sampling import SamplingKwargs, SamplingOptions
+from ..generation.sampling import ANSWER_SAMPLING, SamplingKwargs, SamplingOptions
 from .context import Context, Segment, assemble, fresh_input, mode_layout
 from .grit_cache import grit_context, uses_grit_cache
 from .kv_embed import encode_with_kv
@@ -33,12 +33,6 @@ from .search import rerank_hits, retrieve_hits
 from .store import VectorStore
 
 __all__ = ["ANSWER_SAMPLING", "Answer", "Query", "Source", "ask", "build_context", "retrieve"]
-
-# How answers are decoded unless a call says otherwise: short, and no 4-gram twice in an answer (applied
-# to the answer's own tokens, not the prompt's, so copying a passage is not discouraged). Without it the
-# bundled 135M model loops, e.g. 'The answer to the question is: "The answer to the question is: ...'
-# (docs/rag.md).
-ANSWER_SAMPLING = SamplingOptions(max_new_tokens=128, no_repeat_ngram_size=4)
 
 
 @dataclass
@@ -101,12 +95,14 @@ def retrieve(
     keep_query_kv: bool = False,
     timings: dict[str, float] | None = None,
     filter: str | None = None,
+    max_length: int | None = None,
 ) -> tuple[Query, list[Source]]:
     """Embed the question (keeping its KV states if asked) and return it with the top passages.
 
     With ``rerank``, the best ``max(top_k, rerank_candidates)`` by embedding are reordered by
     :meth:`~genembed.GenerativeEmbedder.rerank` and the first ``top_k`` kept. ``filter`` restricts the
-    search to chunks whose metadata match it (a Milvus store's boolean expression).
+    search to chunks whose metadata match it (a Milvus store's boolean expression). ``max_length``
+    (None: the index's) cuts the prompt the question is embedded in.
     """
     timings = timings if timings is not None else {}
     index.check_model(model)
@@ -115,7 +111,8 @@ def retrieve(
     # (causal), or in GRIT's caching, which reuses the bidirectional embedding pass (grit_cache)
     reusable = index.settings.attention == "causal" or uses_grit_cache(index.settings)
     keep = keep_query_kv and same_weights(model) and reusable
-    encoded = encode_with_kv(model.backbone, [question], index.settings, kind="query", keep_kv=keep)
+    settings = index.settings if max_length is None else index.settings.replace(max_length=max_length)
+    encoded = encode_with_kv(model.backbone, [question], settings, kind="query", keep_kv=keep)
     query = Query(question, encoded.embeddings, encoded.ids[0], encoded.kv[0] if encoded.kv else None)
     timings["embed_query"] = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -233,6 +230,7 @@ def ask(
     on_text: Callable[[str], None] | None = None,
     filter: str | None = None,
     recompute: float = 0.0,
+    max_length: int | None = None,
     **options: Unpack[SamplingKwargs],
 ) -> Answer:
     """Retrieve passages for ``question`` and generate an answer with them in context.
@@ -256,6 +254,8 @@ def ask(
         recompute: share of the isolated cached tokens to recompute, those whose states isolation changed
             most (CacheBlend; :mod:`~genembed.retrieval.kv_blend`): 0 keeps every cached state, 1 equals
             plain RAG. Only the cached segments after the first are concerned.
+        max_length: tokens of the prompt the question is embedded in, cut from the end (None: the
+            index's own).
 
     Returns:
         The :class:`Answer` with its sources, timings and token counts.
@@ -283,6 +283,7 @@ def ask(
         keep_query_kv=query_cached,
         timings=timings,
         filter=filter,
+        max_length=max_length,
     )
     context = build_context(model, index, query, sources, mode=cache, order=order, recompute=recompute)
     pieces, stats = [], {}
@@ -322,6 +323,7 @@ def generate_from_context(
     ``time.perf_counter()`` at which the first token was produced).
     """
     backbone = model.backbone
+    sampling = SamplingOptions.build(sampling or ANSWER_SAMPLING, **options)
     device = next(backbone.model.parameters()).device
     input_ids, mask, positions = fresh_input(context, device)
     tokens = decode_stream(
@@ -330,14 +332,14 @@ def generate_from_context(
         cache=context.cache,
         attention_mask=mask,
         position_ids=positions,
-        sampling=SamplingOptions.build(sampling or ANSWER_SAMPLING, **options),
+        sampling=sampling,
         eos_token_ids=eos_token_ids(backbone),
     )
     weights = getattr(model, "generation_adapter", False)
     tokens = each_step_in(functools.partial(adapter_mode, backbone.model, weights), tokens)
     if stats is not None:
         tokens = _counted(tokens, stats)
-    return stream_pieces(backbone.tokenizer, tokens, [])
+    return stream_pieces(backbone.tokenizer, tokens, list(sampling.stop))
 
 
 def _counted(tokens: Iterator[int], stats: dict[str, float]) -> Iterator[int]:

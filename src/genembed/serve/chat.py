@@ -21,6 +21,7 @@ from fastapi.responses import StreamingResponse
 from ..generation.sampling import SamplingOptions
 from .errors import APIError, error_body, error_responses
 from .schemas import (
+    DECODING_FIELDS,
     AssistantMessage,
     ChatChoice,
     ChatChunk,
@@ -80,10 +81,8 @@ class _Generation:
                 param="messages",
                 code="too_many_tokens",
             )
-        self.sampling = SamplingOptions(
-            max_new_tokens=self.max_tokens, temperature=body.temperature, top_p=body.top_p, seed=body.seed
-        )
-        self.stop = [body.stop] if isinstance(body.stop, str) else body.stop
+        given = {name: getattr(body, name) for name in DECODING_FIELDS if getattr(body, name) is not None}
+        self.sampling = SamplingOptions.build(max_new_tokens=self.max_tokens, **given)  # the schema checked them
         self.id = f"chatcmpl-{uuid.uuid4().hex}"
         self.created = int(time.time())
         self.text = ""
@@ -91,9 +90,7 @@ class _Generation:
     async def pieces(self) -> AsyncIterator[str]:
         """Generated text pieces; the model's iterator is closed on the model thread however this ends."""
         worker, model = self.state.worker, self.state.model
-        stream = await worker.run(
-            lambda: iter(model.generate(self.messages, stream=True, stop=self.stop, sampling=self.sampling))
-        )
+        stream = await worker.run(lambda: iter(model.generate(self.messages, stream=True, sampling=self.sampling)))
         try:
             while True:
                 piece = await worker.run(next, stream, _END)

@@ -117,9 +117,11 @@ def _json_error(errors: list[dict[str, Any]]) -> str | None:
 def _validation_message(errors: list[dict[str, Any]]) -> str:
     located = [(_location(tuple(e.get("loc", ()))), e) for e in errors]
     # a union reports every branch: where one branch had the right type but a bad value, the other
-    # branches' "should be a valid list/int/..." only hide that message
-    specific = {where for where, e in located if not str(e.get("type", "")).endswith("_type")}
-    kept = [(w, e) for w, e in located if w not in specific or not str(e.get("type", "")).endswith("_type")]
+    # branches' "should be a valid list/int/..." about the same field only hide that message
+    specific = {where.split(".")[0] for where, e in located if not str(e.get("type", "")).endswith("_type")}
+    kept = [
+        (w, e) for w, e in located if w.split(".")[0] not in specific or not str(e.get("type", "")).endswith("_type")
+    ]
     shown = list(dict.fromkeys(f"{where}: {e.get('msg', 'invalid')}" for where, e in kept))
     more = f" (and {len(shown) - 5} more)" if len(shown) > 5 else ""
     return "invalid request: " + "; ".join(shown[:5]) + more
@@ -148,6 +150,13 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        cause = exc.__cause__  # FastAPI raises its "error parsing the body" 400 from the decoding error
+        if exc.status_code == 400 and isinstance(cause, UnicodeDecodeError):
+            message = (
+                f"the request body is not valid UTF-8 JSON: byte 0x{cause.object[cause.start]:02x} at position "
+                f"{cause.start} is not UTF-8; send the JSON encoded as UTF-8"
+            )
+            return _response(400, message, param="body", code="invalid_json")
         if exc.status_code == 404:
             message = f"no route {request.method} {request.url.path}; see /docs for the API"
         return _response(exc.status_code, message, headers=getattr(exc, "headers", None))

@@ -27,6 +27,7 @@ from .schemas import (
     ApiVersion,
     MetaTokens,
     RerankDocument,
+    RerankMeta,
     RerankRequest,
     RerankResponse,
     RerankResult,
@@ -139,7 +140,10 @@ def _cut_warning(result: _Reranked, state: ServingState) -> list[str] | None:
     responses=_ERRORS,
 )
 async def rerank(body: RerankRequest, state: ServingState = Depends(get_state)) -> RerankResponse:
-    """Score every document against the query; results are sorted by ``relevance_score``, best first."""
+    """Score every document against the query; results are sorted by ``relevance_score``, best first.
+
+    ``truncation`` (on by default) cuts a document too long for the server's ``max_input_tokens`` with the
+    query; ``meta.warnings`` (Cohere v1's field, sent only then) says which were cut."""
     documents = [d if isinstance(d, str) else d.text for d in body.documents]
     reranked = await _rerank(
         state,
@@ -158,8 +162,13 @@ async def rerank(body: RerankRequest, state: ServingState = Depends(get_state)) 
         )
         for r in reranked.ranked
     ]
+    warnings = _cut_warning(reranked, state)
     return RerankResponse(
-        id=str(uuid.uuid4()), model=state.model_id, results=results, usage=RerankUsage(total_tokens=reranked.tokens)
+        id=str(uuid.uuid4()),
+        model=state.model_id,
+        results=results,
+        usage=RerankUsage(total_tokens=reranked.tokens),
+        meta=RerankMeta(api_version=ApiVersion(version="1"), warnings=warnings) if warnings else None,
     )
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, WrapValidator
+
+from ..generation.sampling import SamplingOptions
 
 __all__ = [
     "BilledUnits",
@@ -25,6 +27,7 @@ __all__ = [
     "ChatMessage",
     "ChatRequest",
     "ChatUsage",
+    "DECODING_FIELDS",
     "Delta",
     "EmbeddingData",
     "EmbeddingRequest",
@@ -39,6 +42,7 @@ __all__ = [
     "ModelCard",
     "ModelList",
     "RerankDocument",
+    "RerankMeta",
     "RerankRequest",
     "RerankResponse",
     "RerankResult",
@@ -64,16 +68,32 @@ def _utf8(text: str) -> str:
     return text
 
 
-def _not_empty(text: str) -> str:
-    if not text:
-        raise ValueError("an empty input has nothing to embed; send at least one character")
-    return text
+def _non_empty(message: str) -> AfterValidator:
+    """A validator refusing an empty string with ``message``."""
+
+    def check(text: str) -> str:
+        if not text:
+            raise ValueError(message)
+        return text
+
+    return AfterValidator(check)
 
 
 Text = Annotated[str, AfterValidator(_utf8)]
-# `input: ""` is a mistake (nothing to embed); an empty item of a list is a text like any other (an
-# empty document of a corpus still gets its vector, from the prompt template and instruction)
-InputText = Annotated[str, AfterValidator(_utf8), AfterValidator(_not_empty)]
+# an empty input, alone or in a list, is a mistake (nothing to embed): refused as OpenAI does, naming its index
+InputText = Annotated[Text, _non_empty("an empty input has nothing to embed; send at least one character")]
+StopText = Annotated[Text, _non_empty("a stop string must have at least one character")]
+
+
+def _steps(value: Any, handler: Any) -> Any:
+    # the union's own errors ("Input should be 'auto'") would not say that integers are taken too
+    try:
+        return handler(value)
+    except ValidationError:
+        raise ValueError(f"steps must be an integer >= 1 or 'auto', got {value!r}") from None
+
+
+Steps = Annotated[Annotated[int, Field(ge=1)] | Literal["auto"] | None, WrapValidator(_steps)]
 ModelName = Annotated[str | None, Field(description="Accepted and ignored: the server serves one model.")]
 TokenId = Annotated[int, Field(ge=0)]
 TokenIds = Annotated[list[TokenId], Field(min_length=1)]
@@ -115,7 +135,7 @@ _INPUT_TYPE = (
 class EmbeddingRequest(_Request):
     input: (
         InputText
-        | Annotated[list[Text], Field(min_length=1)]
+        | Annotated[list[InputText], Field(min_length=1)]
         | TokenIds
         | Annotated[list[TokenIds], Field(min_length=1)]
     ) = Field(
@@ -137,7 +157,7 @@ class EmbeddingRequest(_Request):
             description="Jina: `retrieval.query` embeds with the `query` instruction, `retrieval.passage` with none.",
         )
     )
-    steps: Annotated[int, Field(ge=1)] | Literal["auto"] | None = Field(
+    steps: Steps = Field(
         None,
         description="genembed: GIRCSE soft tokens K, or `auto` to stop each text once its embedding settles (at most "
         "the server's max_steps); server default if unset.",
@@ -164,6 +184,19 @@ class EmbeddingResponse(BaseModel):
 
 # ---- chat (OpenAI) ----
 
+_DEFAULT = SamplingOptions()
+# the request fields that are SamplingOptions fields of the same name
+DECODING_FIELDS = (
+    "temperature",
+    "top_p",
+    "frequency_penalty",
+    "presence_penalty",
+    "repetition_penalty",
+    "no_repeat_ngram_size",
+    "stop",
+    "seed",
+)
+
 
 class TextPart(_Request):
     type: Literal["text"]
@@ -185,10 +218,28 @@ class ChatRequest(_Request):
     model: ModelName = None
     max_tokens: int | None = Field(None, ge=1, description="Tokens to generate at most (server default if unset).")
     max_completion_tokens: int | None = Field(None, ge=1, description="Newer name of max_tokens; wins if both set.")
-    temperature: float = Field(0.0, ge=0.0, le=2.0, description="0 (the default here, unlike OpenAI) is greedy.")
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    # decoding: unset fields take genembed's defaults (SamplingOptions, the one decoding configuration)
+    temperature: float | None = Field(
+        None, ge=0.0, le=2.0, description=f"0 is greedy (the default here, unlike OpenAI's 1): {_DEFAULT.temperature}."
+    )
+    top_p: float | None = Field(None, gt=0.0, le=1.0, description=f"Nucleus sampling (default {_DEFAULT.top_p}).")
+    frequency_penalty: float | None = Field(
+        None, ge=-2.0, le=2.0, description=f"OpenAI's: per earlier occurrence (default {_DEFAULT.frequency_penalty})."
+    )
+    presence_penalty: float | None = Field(
+        None,
+        ge=-2.0,
+        le=2.0,
+        description=f"OpenAI's: once per token already used (default {_DEFAULT.presence_penalty}).",
+    )
+    repetition_penalty: float | None = Field(
+        None, gt=0.0, description=f"genembed/vLLM: divide seen tokens' logits (default {_DEFAULT.repetition_penalty})."
+    )
+    no_repeat_ngram_size: int | None = Field(
+        None, ge=0, description=f"genembed: no n-gram twice in the reply (default {_DEFAULT.no_repeat_ngram_size})."
+    )
     n: int = Field(1, ge=1, le=1, description="Only one choice is supported.")
-    stop: Text | Annotated[list[Text], Field(max_length=4)] | None = None
+    stop: StopText | Annotated[list[StopText], Field(max_length=4)] | None = None
     seed: int | None = Field(None, ge=0, lt=2**63)
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -250,7 +301,11 @@ class RerankDocument(_Request):
     text: Text
 
 
-Query = Annotated[Text, Field(min_length=1, description="The query (not empty: reranking scores it).")]
+Query = Annotated[
+    Text,
+    _non_empty("query must be a non-empty string: reranking scores the documents against it"),
+    Field(description="The query (not empty: reranking scores it)."),
+]
 Scoring = Literal["query_likelihood", "yes_no"]
 _SCORING = (
     "genembed: `query_likelihood` (relevance_score: the probability that the query was written for this "
@@ -287,11 +342,23 @@ class RerankUsage(BaseModel):
     total_tokens: int
 
 
+class ApiVersion(BaseModel):
+    version: str
+
+
+class RerankMeta(BaseModel):
+    api_version: ApiVersion
+    warnings: list[str] = Field(description="What the server did that the request did not ask for.")
+
+
 class RerankResponse(BaseModel):
     id: str
     model: str
     results: list[RerankResult]
     usage: RerankUsage
+    meta: RerankMeta | None = Field(
+        None, description="Cohere v1's meta, sent when there are warnings (e.g. documents cut to fit)."
+    )
 
 
 class V2RerankRequest(_Request):
@@ -313,10 +380,6 @@ class V2RerankRequest(_Request):
 class V2RerankResult(BaseModel):
     index: int
     relevance_score: float = Field(ge=0.0, le=1.0)
-
-
-class ApiVersion(BaseModel):
-    version: str
 
 
 class MetaTokens(BaseModel):
