@@ -146,7 +146,8 @@ def build_context(
     prompt: RagPrompt | None = None,
     recompute: float = 0.0,
 ) -> Context:
-    """Lay out ``[head] [passages] [query] [tail]`` (or the query first) and take the mode's segments from caches.
+    """Lay out ``[head] [passages] [query] [tail]`` (or ``[head] [query] [passages, best last] [tail]``)
+    and take the mode's segments from caches.
 
     Passages come from the index's stored states, checked to be the generator's own
     (:func:`~genembed.retrieval.kv_source.check_kv_source`). The query's states come from its embedding
@@ -194,7 +195,11 @@ def build_context(
     h = len(head)
     q_seg = Segment("query", q_ids, q_kv, at=h)
     d_segs = [Segment(s.id, ids, kv, at=h) for s, ids, kv in zip(sources, d_ids, d_kv, strict=True)]
-    segments = [q_seg, *d_segs] if order == "query_first" else [*d_segs, q_seg]
+    # where the best passage goes: first when the passages come first (its cached states are exact there);
+    # last, next to the answer, when the question comes first: the model then copies from the passage
+    # nearest the answer (querydoc on 15 factual passages: 1 of 5 answers from the best passage placed
+    # first, 5 of 5 placed last; docs/rag.md)
+    segments = [q_seg, *d_segs[::-1]] if order == "query_first" else [*d_segs, q_seg]
     lm = model.backbone.model
     with adapter_mode(lm, getattr(model, "generation_adapter", False)):  # prefills run the generator
         context = assemble(lm, [Segment("head", head, head_kv), *segments], prompt.tail_ids(tok), recompute=recompute)

@@ -8,7 +8,7 @@ With SmolLM2's chat template and the default :class:`RagPrompt`::
     doc_first:  [head] [passage 1] ... [passage k] [query] [tail]
         query   <|im_start|>user\\nQuestion: {question}
         tail    <|im_end|>\\n<|im_start|>assistant\\n
-    query_first: [head] [query] [passage 1] ... [passage k] [tail]
+    query_first: [head] [query] [passage k] ... [passage 1] [tail]     (the best passage last)
         query   <|im_start|>user\\nQuestion: {question}\\n\\n
         tail    <|im_end|>\\n<|im_start|>assistant\\n
 
