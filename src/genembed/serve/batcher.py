@@ -13,10 +13,12 @@ waits in a second queue and is batched the same way, with two rules that keep it
 - a background batch holds at most ``background_share`` (half) of the tokens of the client batch
   before it, and at least one job. A client that arrives while background work runs waits for one
   such batch, at most, before its own batch runs;
-- while no client waits, each further background batch may hold four times as many tokens as the
-  one before (up to ``max_batch_tokens``), so work that nobody competes with is not run in needlessly
-  small batches; the next client batch starts the growth over. A client that arrives during such
-  a larger batch waits for it.
+- once no client batch has run for ``idle_after`` seconds (1 s), each further background batch may
+  hold four times as many tokens as the one before (up to ``max_batch_tokens``), so work that nobody
+  competes with is not run in needlessly small batches; the next client batch starts the growth
+  over. A client that arrives during such a larger batch waits for it. (A closed-loop client leaves
+  the model free for a few milliseconds between its requests: growing then made it wait for batches
+  several times its own.)
 
 The batcher also measures what a centring estimate needs (:meth:`EmbeddingBatcher.background_seconds`):
 the model's seconds per token (a moving average over the batches run) and whether clients compete for
@@ -74,7 +76,9 @@ class EmbeddingBatcher:
         on_batch: called with ``(requests, texts)`` after each client batch that ran (metrics).
         background_share: right after a client batch, a background batch takes jobs while their summed
             cost fits this share of that batch's cost (always at least one job; see the module docstring).
-        clock: seconds, monotonic (tests pass a fake one); times the batches for :meth:`background_seconds`.
+        clock: seconds, monotonic (tests pass a fake one); times the batches for :meth:`background_seconds`
+            and ``idle_after``.
+        idle_after: seconds without a client batch after which background batches grow (module docstring).
     """
 
     def __init__(
@@ -88,6 +92,7 @@ class EmbeddingBatcher:
         on_batch: Callable[[int, int], None] | None = None,
         background_share: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
+        idle_after: float = 1.0,
     ):
         self._encode = encode
         self._run = run
@@ -97,6 +102,8 @@ class EmbeddingBatcher:
         self.max_queue = max_queue
         self.background_share = background_share
         self._clock = clock
+        self.idle_after = idle_after
+        self._last_client_end = -float("inf")  # when the latest client batch finished (clock time)
         self.seconds_per_token: float | None = None  # moving average over the batches run (None: none yet)
         self._queue: deque[_Job] = deque()
         self._background: deque[_Job] = deque()
@@ -185,6 +192,8 @@ class EmbeddingBatcher:
             # half the client batch before it; four times larger for each background batch since, while no
             # client waited (a lone new instruction is centred in a few large batches, not 64 small ones)
             base = max(int(self.background_share * self._last_client_cost), self._background[0].cost)
+            if self._clock() - self._last_client_end < self.idle_after:
+                self._background_streak = 0  # clients were served a moment ago and may come back: stay small
             budget = min(base << min(2 * self._background_streak, 60), max(self.max_batch_tokens, base))
             self._background_streak += 1
             return self._take(self._background, budget), False
@@ -255,6 +264,7 @@ class EmbeddingBatcher:
                 batch[0].future.set_exception(exc)
             return
         if client:
+            self._last_client_end = self._clock()
             self.batches += 1
             self.batched_requests += len(batch)
             self.largest_batch = max(self.largest_batch, len(batch))
