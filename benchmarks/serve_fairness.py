@@ -13,11 +13,17 @@ conditions:
 - stream: the same, while a second client sends one sentence with a fresh instruction every
   ``--interval`` seconds (open loop: on time whether or not the previous one was answered).
 
-The target (issue 55): the plain client's p99 under the stream at most 2x its idle p99. Also records
-what the instruction client got (answers, 429 refusals of the centring budget, latency). Writes
+Then a last phase, ``saturated``: ``--saturating-clients`` plain clients (4) each send
+``--saturating-requests`` requests one after another, keeping the server busy, while the instruction
+client sends a fresh instruction every ``--saturated-interval`` seconds.
+
+The targets (issues 55 and 62): the plain client's p99 under the stream at most 2x its idle p99; under
+saturation, every new instruction answered within the server's ``max_centering_wait`` (15 s) or refused
+at once with 429. Records what the instruction client got in both (answers, 429 refusals of the
+centring budget or bound, latency). Writes
 ``serve_fairness.json`` (config, git commit, numbers) and ``serve_fairness.md``.
 
-Run (loads the default model once; about 3 minutes on 2 CPU cores; quiet machine for the numbers):
+Run (loads the default model once; about 6 minutes on 2 CPU cores; quiet machine for the numbers):
 
     flock /tmp/genembed-cpu.lock .venv/bin/python benchmarks/serve_fairness.py --out benchmarks/results
 
@@ -42,7 +48,10 @@ import numpy as np
 from _run_info import REPO, git_commit
 from serve_load import STSB, Server, _sentences
 
+from genembed.serve.settings import ServeSettings
+
 PHASES = ("idle", "stream", "stream", "idle")  # alternated: slow drift in machine load cancels out
+SATURATED = "saturated"  # the last phase: plain clients keep the server busy, new instructions arrive
 
 
 def fresh_instruction(i: int) -> str:
@@ -51,17 +60,20 @@ def fresh_instruction(i: int) -> str:
     return f"Given a text, decide whether it is about {topics[i % len(topics)]} (variant {i})."
 
 
-async def _phase(url: str, plain: list[list[str]], fresh: list[str], interval: float, first: int = 0) -> dict:
-    """One phase: the plain client sends ``plain`` one after another; meanwhile the instruction client
-    sends the ``fresh`` texts (none: no such client), each with a new instruction (numbered from
-    ``first``), one every ``interval`` seconds until the plain client is done."""
+async def _phase(
+    url: str, plain: list[list[str]], fresh: list[str], interval: float, first: int = 0, clients: int = 1
+) -> dict:
+    """One phase: ``clients`` plain clients send ``plain`` (dealt out in turn), each one request after
+    another; meanwhile the instruction client sends the ``fresh`` texts (none: no such client), each with
+    a new instruction (numbered from ``first``), one every ``interval`` seconds until the plain clients
+    are done."""
     import httpx
 
     plain_ms: list[float] = []
     fresh_results: list[tuple[int, float]] = []  # (status, ms)
 
-    async def plain_client(http: httpx.AsyncClient) -> None:
-        for texts in plain:
+    async def plain_client(http: httpx.AsyncClient, requests: list[list[str]]) -> None:
+        for texts in requests:
             start = time.perf_counter()
             response = await http.post("/v1/embeddings", json={"input": texts, "encoding_format": "base64"})
             response.raise_for_status()
@@ -95,7 +107,7 @@ async def _phase(url: str, plain: list[list[str]], fresh: list[str], interval: f
     async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as http:
         stop = asyncio.Event()
         background = asyncio.create_task(fresh_client(http, stop)) if fresh else None
-        await plain_client(http)
+        await asyncio.gather(*(plain_client(http, plain[c::clients]) for c in range(clients)))
         stop.set()
         sent = await background if background is not None else 0
     return {"plain_ms": plain_ms, "fresh": fresh_results, "fresh_sent": sent}
@@ -121,13 +133,16 @@ def summarize(runs: dict[str, list[dict]]) -> dict:
         plain = [ms for p in phases for ms in p["plain_ms"]]
         fresh = [r for p in phases for r in p["fresh"]]
         out[condition] = {"plain": percentiles(plain)}
-        if condition == "stream":
+        if condition in ("stream", SATURATED):
             answered = [ms for status, ms in fresh if status == 200]
+            refused = [ms for status, ms in fresh if status == 429]
             sent = sum(p["fresh_sent"] for p in phases)
             out[condition]["new_instructions"] = {
                 "sent": sent,
                 "answered": len(answered),
-                "refused_429": sum(status == 429 for status, _ in fresh),
+                "refused_429": len(refused),
+                "refused_p99_ms": percentiles(refused).get("p99_ms"),
+                "all_p99_ms": percentiles([ms for _, ms in fresh]).get("p99_ms"),
                 "timed_out": sum(status == 0 for status, _ in fresh),
                 "other": sum(status not in (0, 200, 429) for status, _ in fresh),
                 "unanswered_at_phase_end": sent - len(fresh),
@@ -159,11 +174,32 @@ def markdown(report: dict) -> str:
     n = s["stream"]["new_instructions"]
     lines.append(
         f"New instructions: {n['sent']} sent, {n['answered']} answered (p50 {n.get('p50_ms')} ms, p99 "
-        f"{n.get('p99_ms')} ms), {n['refused_429']} refused with 429 (centring budget), "
+        f"{n.get('p99_ms')} ms), {n['refused_429']} refused with 429 (centring budget or bound), "
         f"{n['unanswered_at_phase_end']} still waiting when the plain client was done, {n['timed_out']} timed out, "
         f"{n['other']} other."
     )
+    if SATURATED in s:
+        sat = s[SATURATED]
+        n, p = sat["new_instructions"], sat["plain"]
+        lines += [
+            "",
+            f"## New instructions while {c['saturating_clients']} plain clients saturate the server",
+            "",
+            f"Plain requests: {p['requests']} (p50 {p['p50_ms']} ms, p99 {p['p99_ms']} ms). New instructions (one "
+            f"every {c['saturated_interval']} s, bound `max_centering_wait` {c['max_centering_wait']} s): "
+            f"{n['sent']} sent, {n['answered']} answered (p99 {n.get('p99_ms')} ms), {n['refused_429']} refused "
+            f"with 429 (p99 {n['refused_p99_ms']} ms), {n['timed_out']} timed out, {n['other']} other, "
+            f"{n['unanswered_at_phase_end']} unanswered at the end; p99 of every answer: **{n['all_p99_ms']} ms**.",
+        ]
     return "\n".join(lines) + "\n"
+
+
+def _option(extra: list[str], name: str, default: float) -> float:
+    """The value of a `genembed serve` option among ``--extra`` ones (``--name=value``), else ``default``."""
+    for option in extra:
+        if option.startswith(f"{name}="):
+            return float(option.split("=", 1)[1])
+    return default
 
 
 def _drain(server: Server, timeout: float = 3600) -> float:
@@ -184,7 +220,7 @@ def run(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(prefix="serve_fairness-") as tmp:
         os.environ["GENEMBED_CENTER_CACHE"] = str(Path(tmp) / "centers")  # every new instruction is computed
         server = Server("fairness", list(args.extra), args, Path(tmp))
-        runs: dict[str, list[dict]] = {"idle": [], "stream": []}
+        runs: dict[str, list[dict]] = {"idle": [], "stream": [], SATURATED: []}
         try:
             server.wait_ready(timeout=600)
             asyncio.run(_phase(server.url, [sentences[: args.plain_texts]] * 3, [], args.interval))  # warm up
@@ -198,6 +234,15 @@ def run(args: argparse.Namespace) -> dict:
                 result["drain_s"] = _drain(server)  # the centring it accepted, before the next phase
                 runs[condition].append(result)
                 print(condition, json.dumps(percentiles(result["plain_ms"])), flush=True)
+            n = args.saturating_clients * args.saturating_requests
+            plain = [sentences[offset + i * args.plain_texts :][: args.plain_texts] for i in range(n)]
+            fresh = sentences[::-1][used:]
+            result = asyncio.run(
+                _phase(server.url, plain, fresh, args.saturated_interval, first=used, clients=args.saturating_clients)
+            )
+            result["drain_s"] = _drain(server)
+            runs[SATURATED].append(result)
+            print(SATURATED, json.dumps(result["fresh"]), flush=True)
             health = server.health()
         finally:
             server.stop()
@@ -211,7 +256,11 @@ def run(args: argparse.Namespace) -> dict:
             "plain_texts": args.plain_texts,
             "plain_requests": per_phase * len(PHASES),
             "interval": args.interval,
-            "phases": list(PHASES),
+            "phases": [*PHASES, SATURATED],
+            "saturating_clients": args.saturating_clients,
+            "saturating_requests": args.saturating_requests,
+            "saturated_interval": args.saturated_interval,
+            "max_centering_wait": _option(args.extra, "--max-centering-wait", ServeSettings.max_centering_wait),
             "texts": str(STSB.relative_to(REPO.parent)),
         },
         "git_commit": git_commit(),
@@ -229,6 +278,11 @@ def main() -> None:
     parser.add_argument("--plain-texts", type=int, default=4, help="sentences per plain request")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between new instructions")
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--saturating-clients", type=int, default=4, help="plain clients in the saturated phase")
+    parser.add_argument("--saturating-requests", type=int, default=15, help="requests per saturating client")
+    parser.add_argument(
+        "--saturated-interval", type=float, default=4.0, help="seconds between new instructions, saturated phase"
+    )
     parser.add_argument("--server-threads", type=int, default=1, help="torch threads of the server")
     parser.add_argument("--extra", action="append", default=[], help="another `genembed serve` option (repeatable)")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")

@@ -90,6 +90,25 @@ def test_adaptive_stopping_freezes_the_running_mean(tiny):
         assert torch.cosine_similarity(z_fixed[row, k - 1], z_fixed[row, k - 2], dim=0) > 0.99
 
 
+def test_adaptive_stopping_fires_in_bfloat16_where_it_does_in_float32(tiny):
+    """The default rule (EmbedSettings.stop_tol) once never fired in bfloat16 (dtype="auto" on a CPU with
+    native bf16): the running means and their cosine were bf16. The rule now runs in float32."""
+    from genembed.encoders.settings import EmbedSettings
+
+    tol = EmbedSettings().stop_tol
+    batch = _batch(tiny, ["adaptive steps", "another adaptive example text", "a third, somewhat longer one"])
+    used = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        tiny.model.to(dtype)
+        with torch.no_grad():
+            out = generate_soft_tokens(tiny.model, batch.input_ids, batch.attention_mask, steps=20, stop_tol=tol)
+        used[dtype] = out.steps_used.tolist()
+        assert out.hidden.dtype == dtype
+    assert max(used[torch.float32]) < 20  # the tiny model's trajectories settle within 20 steps
+    assert max(used[torch.bfloat16]) < 20, used  # was [20, 20, 20]
+    assert all(abs(a - b) <= 2 for a, b in zip(used[torch.float32], used[torch.bfloat16], strict=True)), used
+
+
 @pytest.mark.parametrize("bad", [{"steps": 0}, {"steps": 2, "tau": 0.0}])
 def test_bad_arguments(tiny, bad):
     batch = _batch(tiny, ["x"])

@@ -38,10 +38,12 @@ def test_build_add_info_and_ask(model_dir, docs_file, more_file, tmp_path):
     listed = re.findall(r"│ [12] │ (\w+#\d+) ", result.output)  # the sources' chunk ids
     assert len(listed) == 2 and set(listed) <= {c.id for c in FaissStore.load(out).chunks}
     assert "(0 recomputed)" in result.output
+    assert "note: --kv-cache doc (doc_first) reuses states computed apart" in result.stderr  # lossy: says so
     args = ["ask", str(out), "capital of France?", "--kv-cache", "doc", "--top", "2", "--recompute", "1"]
     result = runner.invoke(app, args)  # every token of the second passage
     recomputed = re.search(r"\((\d+) recomputed\)", result.output)
     assert result.exit_code == 0 and recomputed and int(recomputed.group(1)) > 0, result.output
+    assert "reuses states computed apart" not in result.stderr  # everything recomputed: plain RAG's states
 
     # --rerank-top N reranks without --rerank, as in eval; the old --cache still parses, with a note
     args = ["ask", str(out), "capital of France?", "--cache", "query", "--top", "1", "--max-new-tokens", "2"]

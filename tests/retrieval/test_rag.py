@@ -132,10 +132,10 @@ def _placed(model, index, query, sources, mode) -> Context:
     prompt = index.rag_prompt
     head = prompt.head_ids(tok)
     doc_ids = prompt.passage_ids(tok, [index.text(s.row) for s in sources])
-    segments = [("query", prompt.query_ids(tok, query.text, order), query_cached)]
-    segments += [(s.id, ids, docs_cached) for s, ids in zip(sources, doc_ids, strict=True)]
-    if order == "doc_first":
-        segments = segments[1:] + segments[:1]
+    passages = [(s.id, ids, docs_cached) for s, ids in zip(sources, doc_ids, strict=True)]
+    question = ("query", prompt.query_ids(tok, query.text, order), query_cached)
+    # the best passage first after the head, or last (next to the answer) with the question first
+    segments = [*passages, question] if order == "doc_first" else [question, *passages[::-1]]
     head_kv = encode_segment(lm, head, attention="causal") if segments[0][2] else None  # before a cached one
     placed, offset = [Segment("head", head, head_kv)], len(head)
     for name, ids, cached in segments:
@@ -356,7 +356,7 @@ def test_the_prompt_layout(tiny_model, docs_file, tmp_path):
     doc_first = build_context(tiny_model, index, query, sources, mode="none")
     assert decode(doc_first.fresh_ids) == system + f"{texts[0]}\n\n{texts[1]}\n\n" + question + tail
     query_first = build_context(tiny_model, index, query, sources, mode="none", order="query_first")
-    assert decode(query_first.fresh_ids) == system + question + f"\n\n{texts[0]}\n\n{texts[1]}\n\n" + tail
+    assert decode(query_first.fresh_ids) == system + question + f"\n\n{texts[1]}\n\n{texts[0]}\n\n" + tail
     assert [name for name, *_ in doc_first.layout] == ["head", sources[0].id, sources[1].id, "query", "tail"]
     # the one-pass prompt that generative training rows with passages are tokenized with is ask's, token for token
     tok = tiny_model.backbone.tokenizer
@@ -447,3 +447,42 @@ def test_max_length_cuts_the_question_prompt(tiny_model, docs_file, tmp_path):
     cut, _ = retrieve(tiny_model, index, long_question, top_k=1, max_length=40)
     assert len(full.ids) > 40 and len(cut.ids) == 40
     assert not torch.allclose(torch.as_tensor(cut.embeddings), torch.as_tensor(full.embeddings))
+
+
+def test_the_isolation_note_names_what_a_lossy_mode_gives_up():
+    from genembed.retrieval.context import isolation_note
+
+    assert isolation_note("none", None, 3) is None
+    assert isolation_note("query", "query_first", 3) is None  # GRIT's layout: the cached query comes first
+    assert isolation_note("doc", None, 1) is None  # one passage, first after the head
+    assert "the passages after the first never attended" in isolation_note("doc", None, 3)
+    assert "the question never attended" in isolation_note("query", None, 1)
+    assert "the passages never attended" in isolation_note("querydoc", None, 1)
+    assert "the passages after the first and the question" in isolation_note("docquery", None, 2)
+    assert "docs/rag.md" in isolation_note("docquery", None, 1)
+    with pytest.raises(ValueError, match="cache mode must be one of"):
+        isolation_note("passage", None, 1)
+
+
+@pytest.mark.parametrize(
+    ("mode", "order"),
+    [(m, o) for m in ("query", "doc") for o in ("doc_first", "query_first")] + [("querydoc", None), ("docquery", None)],
+)
+def test_a_cached_prompt_is_the_plain_prompt_of_its_order(tiny_model, docs_file, tmp_path, mode, order):
+    """Issue 62's equivalence: caching changes which states are reused, never the prompt. Every cached
+    layout has plain RAG's segments, in its order, at the same positions (a cached segment's keys are
+    rotated there, tested above), and the same tokens left to compute after them."""
+    index = _index(tiny_model, docs_file, tmp_path, "mean")
+    query, sources = retrieve(tiny_model, index, QUESTION, top_k=3, keep_query_kv=True)
+    context_order = mode_layout(mode, order)[0]
+    cached = build_context(tiny_model, index, query, sources, mode=mode, order=order)
+    plain = build_context(tiny_model, index, query, sources, mode="none", order=context_order)
+    assert [seg[:3] for seg in cached.layout] == [seg[:3] for seg in plain.layout]
+    assert cached.total_tokens == plain.total_tokens == plain.layout[-1][2]
+    assert cached.fresh_ids == plain.fresh_ids[plain.total_tokens - len(cached.fresh_ids) :]
+    names = [name for name, *_ in plain.layout]
+    passages = [s.id for s in sources]
+    if context_order == "doc_first":  # the best passage first, where its states are exact
+        assert names == ["head", *passages, "query", "tail"]
+    else:  # the best passage last, next to the answer (the question is first)
+        assert names == ["head", "query", *passages[::-1], "tail"]

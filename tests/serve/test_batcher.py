@@ -219,12 +219,33 @@ def test_a_client_waits_for_one_background_batch_at_most():
         await asyncio.gather(*background)
         return done
 
-    done = _run(_with_batcher(rec, go))
+    done = _run(_with_batcher(rec, go, idle_after=0.0))  # grow as soon as no client waits
     texts = [t for _, t in rec.batches]
     assert texts.index(["late"]) == 3  # x, big, one background batch, late
     assert texts[2] == [f"c{i}" for i in range(6)] and done == 6
     after = [len(t) for t in texts[4:]]  # nobody waits any more: 20 tokens, then 80 (8 jobs at most)
     assert sum(after) == 24 and after == [6, 8, 8, 2]
+
+
+def test_background_batches_grow_only_once_clients_have_been_away_a_while():
+    """A closed-loop client leaves the model free for a moment between requests: background batches
+    stay at half a client batch until ``idle_after`` seconds have passed without one."""
+    rec = Recorder()
+    clock = [0.0]
+
+    async def go(batcher):
+        await _hold_then_submit(rec, batcher, [(["big"], "k", 40)])  # a client batch of cost 40 ran last
+        background = await _submit_background(batcher, 12, cost=3)  # 20 tokens per batch: 6 jobs
+        await asyncio.gather(*background)
+        small = [len(t) for _, t in rec.batches[2:]]
+        clock[0] = 1.5  # no client batch for longer than idle_after (1 s)
+        more = await _submit_background(batcher, 30, cost=3)
+        await asyncio.gather(*more)
+        return small, [len(t) for _, t in rec.batches[2 + len(small) :]]
+
+    small, later = _run(_with_batcher(rec, go, clock=lambda: clock[0]))
+    assert small == [6, 6]  # within a second of the client batch: no growth
+    assert later == [8, 8, 8, 6]  # then four times the tokens at once (8 jobs at most per batch)
 
 
 def test_close_finishes_background_work():

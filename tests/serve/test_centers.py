@@ -3,6 +3,7 @@ centers of other instructions are bounded, and ``center_named_only`` leaves thos
 
 from __future__ import annotations
 
+import asyncio
 import copy
 
 import numpy as np
@@ -273,3 +274,151 @@ def test_centring_budget_settings_are_checked():
         ServeSettings(max_centering=0)
     with pytest.raises(ValueError, match="max_centering_queue must be an int >= 0"):
         ServeSettings(max_centering_queue=-1)
+
+
+class _FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _HeldBatcher:
+    """An :class:`EmbeddingBatcher` stand-in whose background jobs wait until ``release()`` and whose
+    centring estimate is what the test sets (``estimate``: seconds, or None for no timing yet)."""
+
+    def __init__(self, estimate: float | None):
+        self.estimate = estimate
+        self.asked: list[int] = []
+        self.jobs = 0
+        self._gate: asyncio.Event | None = None
+
+    def background_seconds(self, tokens: int) -> float | None:
+        self.asked.append(tokens)
+        return self.estimate
+
+    async def submit(self, texts, *, key, cost, background=False):
+        assert background
+        self._gate = self._gate or asyncio.Event()
+        self.jobs += 1
+        await self._gate.wait()
+        return np.ones((len(texts), 4), dtype=np.float32) / 2
+
+    def release(self) -> None:
+        self._gate.set()
+
+
+def _scheduler(backbone, batcher, clock, *, max_wait=15.0, max_queue=2):
+    from genembed.encoders.settings import EmbedSettings
+    from genembed.serve.centers import CenterScheduler
+
+    def items(texts, instruction, steps):
+        return [(t, None) for t in texts], [10] * len(texts)  # 10 tokens per calibration text
+
+    scheduler = CenterScheduler(
+        backbone, batcher, items, max_active=1, max_queue=max_queue, max_wait=max_wait, clock=clock
+    )
+    return scheduler, EmbedSettings()
+
+
+def test_a_center_expected_later_than_the_bound_is_refused_at_once_and_still_computed(_tiny_backbone):
+    from genembed.serve.centers import CenteringBusyError
+
+    backbone = copy.deepcopy(_tiny_backbone)
+    batcher, clock = _HeldBatcher(estimate=40.0), _FakeClock()
+
+    async def go():
+        scheduler, settings = _scheduler(backbone, batcher, clock)
+        with pytest.raises(CenteringBusyError) as refused:
+            await scheduler.center(settings, "A new task.", 5)
+        assert batcher.asked == [640]  # 64 calibration texts of 10 tokens, nothing queued before them
+        await _until(lambda: batcher.jobs == 64, "the calibration is queued anyway")
+        clock.now = 30.0  # 10 s before it is expected: a second request is refused too, with the time left
+        with pytest.raises(CenteringBusyError) as again:
+            await scheduler.center(settings, "A new task.", 5)
+        batcher.release()
+        await _until(lambda: not scheduler._pending, "the center is computed")
+        found = await scheduler.center(settings, "A new task.", 5)  # the retry finds it at once
+        return refused.value, again.value, found
+
+    refused, again, found = asyncio.run(go())
+    assert refused.retry_after == 40 and again.retry_after == 10
+    assert "expected to take 40 s" in str(refused) and "more than the server waits (15 s" in str(refused)
+    assert found.shape == (4,)
+
+
+def test_a_center_expected_within_the_bound_is_waited_for(_tiny_backbone):
+    backbone = copy.deepcopy(_tiny_backbone)
+    batcher, clock = _HeldBatcher(estimate=14.0), _FakeClock()
+
+    async def go():
+        scheduler, settings = _scheduler(backbone, batcher, clock)
+        waiting = asyncio.ensure_future(scheduler.center(settings, "A new task.", 5))
+        await _until(lambda: batcher.jobs == 64, "the calibration is queued")
+        assert not waiting.done()
+        # a second new instruction queues behind the first: its estimate counts the first one's tokens
+        second = asyncio.ensure_future(scheduler.center(settings, "Another task.", 5))
+        await asyncio.sleep(0.01)
+        batcher.release()
+        return await waiting, await second
+
+    first, second = asyncio.run(go())
+    assert first.shape == (4,) and second.shape == (4,)
+    assert batcher.asked == [640, 640]  # the first had started (its texts are the batcher's to count)
+
+
+def test_a_center_not_ready_at_the_bound_answers_429_then(_tiny_backbone):
+    from genembed.serve.centers import CenteringBusyError
+
+    backbone = copy.deepcopy(_tiny_backbone)
+    batcher, clock = _HeldBatcher(estimate=None), _FakeClock()  # no batch timed yet: no estimate
+
+    async def go():
+        scheduler, settings = _scheduler(backbone, batcher, clock, max_wait=0.05)
+        with pytest.raises(CenteringBusyError) as late:
+            await scheduler.center(settings, "A new task.", 5)
+        pending = len(scheduler._pending)
+        batcher.release()
+        await _until(lambda: not scheduler._pending, "the center is computed")
+        return late.value, pending
+
+    late, pending = asyncio.run(go())
+    assert pending == 1  # still being computed after the refusal
+    assert "was not ready within 0.05 s" in str(late) and late.retry_after == 1
+
+
+def test_the_batcher_estimates_background_time_from_its_timed_batches():
+    from genembed.serve.batcher import EmbeddingBatcher
+
+    clock = _FakeClock()
+
+    def encode(key, texts):
+        clock.now += 0.01 * len(texts) * 5  # 0.01 s per token, 5 tokens a text
+        return np.zeros((len(texts), 2), dtype=np.float32)
+
+    async def run(fn, *args):
+        return fn(*args)
+
+    async def go():
+        batcher = EmbeddingBatcher(encode, run, max_batch_tokens=100, max_batch_requests=8, max_queue=8, clock=clock)
+        before = batcher.background_seconds(100)
+        batcher.start()
+        await batcher.submit(["a", "b"], key="k", cost=10)
+        idle = batcher.background_seconds(100)
+        batcher.running = 1  # a client batch runs: background work gets its guaranteed third
+        contended = batcher.background_seconds(100)
+        batcher.running = 0
+        await batcher.close()
+        return before, idle, contended
+
+    before, idle, contended = asyncio.run(go())
+    assert before is None
+    assert idle == pytest.approx(1.0) and contended == pytest.approx(3.0)
+
+
+def test_the_centring_wait_setting_is_checked():
+    for bad in (0, -1.0, float("inf"), "15", True):
+        with pytest.raises(ValueError, match="max_centering_wait must be a positive number of seconds"):
+            ServeSettings(max_centering_wait=bad)
+    assert ServeSettings().max_centering_wait <= 15

@@ -146,21 +146,23 @@ def test_centering_options_reach_the_server(tiny_folder, monkeypatch):
 
 def test_limits_and_port_left_unset_are_the_settings_defaults(tiny_folder, monkeypatch):
     import genembed.serve
-    from genembed.serve.settings import LIMITS, ServeSettings
+    from genembed.serve.settings import CENTERING_LIMITS, LIMITS, ServeSettings
 
     served = {}
     monkeypatch.setattr(genembed.serve, "run_server", lambda app, **kwargs: served.update(app=app, **kwargs))
     result = runner.invoke(app, ["serve", "--model", str(tiny_folder)])
     assert result.exit_code == 0, result.output
     settings, defaults = served["app"].state.genembed.settings, ServeSettings()
-    for name in (*LIMITS, "port", "rerank_scoring", "max_centering", "max_centering_queue", "center_cache_size"):
+    for name in (*LIMITS, *CENTERING_LIMITS, "port", "rerank_scoring", "center_cache_size"):
         assert getattr(settings, name) == getattr(defaults, name), name
     assert served["port"] == defaults.port and f":{defaults.port} " in result.output
-    given = ["--max-inputs", "7", "--max-new-tokens", "9", "--max-centering-queue", "0", "-p", "0"]
+    given = ["--max-inputs", "7", "--max-new-tokens", "9", "--max-centering-queue", "0", "--max-centering-wait", "4"]
+    given += ["-p", "0"]
     result = runner.invoke(app, ["serve", "--model", str(tiny_folder), *given])
     assert result.exit_code == 0, result.output
     settings = served["app"].state.genembed.settings
     assert (settings.max_inputs, settings.max_new_tokens, settings.max_centering_queue) == (7, 9, 0)
+    assert settings.max_centering_wait == 4.0
     assert settings.default_max_new_tokens == 9 and served["port"] == 0
 
 

@@ -98,10 +98,10 @@ def test_info_describes_the_served_model(served):
     assert info["token_encoding"] == "model" and info["default_rerank_scoring"] == "query_likelihood"
     assert set(info["rerank_scorings"]) == {"query_likelihood", "yes_no"}
     assert info["device"] == "cpu" and info["dtype"] == "float32"
-    from genembed.serve.settings import LIMITS, ServeSettings
+    from genembed.serve.settings import CENTERING_LIMITS, LIMITS, ServeSettings
 
     assert info["limits"] == {name: getattr(ServeSettings(), name) for name in info["limits"]}
-    assert set(LIMITS) | {"max_centering", "max_centering_queue"} == set(info["limits"])
+    assert set(LIMITS) | set(CENTERING_LIMITS) == set(info["limits"])
     assert info["generation_weights"] == f"{served.reference.backbone.name} (base weights)"
     assert info.get("generation_note") is None  # no adapter: nothing better to say
 

@@ -79,7 +79,7 @@ def ask(
     from rich.console import Console
     from rich.table import Table
 
-    from genembed.retrieval.context import mode_layout
+    from genembed.retrieval.context import isolation_note, mode_layout
     from genembed.retrieval.errors import IndexLoadError
     from genembed.retrieval.rag import ask as rag_ask
     from genembed.retrieval.stores import open_index
@@ -100,6 +100,9 @@ def ask(
     loaded = load_index_model(ref, model, adapter, generator, dtype, device)
     say_generation_weights(loaded)
     console = Console(width=140)
+    note = isolation_note(kv_cache, order, top) if recompute < 1 else None
+    if note is not None:
+        typer.secho(f"note: {note}", fg="yellow", err=True)
     console.print(f"[bold]Q:[/bold] {question}")
     console.print("[bold]A:[/bold] ", end="")
     try:

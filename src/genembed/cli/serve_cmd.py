@@ -111,6 +111,13 @@ def serve(
         int | None,
         _limit("max_centering_queue", "new instructions waiting to be centred before answering 429", min=0),
     ] = None,
+    max_centering_wait: Annotated[
+        float | None,
+        _limit(
+            "max_centering_wait",
+            "seconds a request waits for a new instruction's centre; expected later: 429 + Retry-After at once",
+        ),
+    ] = None,
     graceful_timeout: Annotated[
         float, typer.Option(min=0, help="seconds to finish accepted requests on shutdown")
     ] = 30.0,
@@ -184,6 +191,7 @@ def serve(
         "max_prompt_tokens": max_prompt_tokens,
         "max_centering": max_centering,
         "max_centering_queue": max_centering_queue,
+        "max_centering_wait": max_centering_wait,
         "rerank_scoring": rerank_scoring,
         "center_cache_size": center_cache_size,
     }

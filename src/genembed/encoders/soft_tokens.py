@@ -163,7 +163,9 @@ def soft_token_loop(
     hidden: list[torch.Tensor] = []
     done = torch.zeros(batch, dtype=torch.bool, device=h_0.device)
     steps_used = torch.full((batch,), steps, dtype=torch.long, device=h_0.device)
-    running = None  # (B, D) sum of h_1..h_k
+    # (B, D) sum of h_1..h_k, in float32: in bfloat16 (dtype="auto" on a CPU with native bf16) the running
+    # means and their cosine are too coarse for the stop rule, and cos > 0.999 never fired
+    running = None
     h_prev = h_0
     for k in range(1, steps + 1):
         probs, d_k = soft_embedding(h_prev)
@@ -174,20 +176,20 @@ def soft_token_loop(
         pooled_h = h_k
         if stop_tol is not None and running is not None:
             # rows that already stopped contribute their frozen mean, so z_k stays z_{stop}
-            pooled_h = torch.where(done[:, None], running / (k - 1), h_k)
+            pooled_h = torch.where(done[:, None], running / (k - 1), h_k.float())
             new_running = running + pooled_h
             cos = torch.cosine_similarity(new_running / k, running / (k - 1), dim=-1)
             newly = (cos > stop_tol) & ~done
             steps_used = torch.where(newly, torch.full_like(steps_used, k), steps_used)
             done = done | newly
-        running = pooled_h if running is None else running + pooled_h
-        hidden.append(pooled_h)
+        running = pooled_h.float() if running is None else running + pooled_h
+        hidden.append(pooled_h.to(h_k.dtype))
         h_prev = h_k
         if stop_tol is not None and bool(done.all()):
             break
     hidden_t = torch.stack(hidden, dim=1)  # (B, k_run, D)
     if hidden_t.shape[1] < steps:  # all rows stopped early: pad with each row's frozen mean
-        pad = (running / hidden_t.shape[1])[:, None].expand(-1, steps - hidden_t.shape[1], -1)
+        pad = (running / hidden_t.shape[1]).to(hidden_t.dtype)[:, None].expand(-1, steps - hidden_t.shape[1], -1)
         hidden_t = torch.cat([hidden_t, pad], dim=1)
     result = SoftTokenOutput(hidden=hidden_t, steps_used=steps_used)
     if top:

@@ -21,7 +21,7 @@ from ..generation.adapters import adapter_mode, each_step_in, same_weights
 from ..generation.chat import eos_token_ids
 from ..generation.decoding import decode_stream
 from ..generation.detokenize import stream_pieces
-from ..generation.rag_prompt import RagPrompt
+from ..generation.rag_prompt import RagPrompt, passage_order
 from ..generation.sampling import ANSWER_SAMPLING, SamplingKwargs, SamplingOptions
 from .context import Context, Segment, assemble, fresh_input, mode_layout
 from .grit_cache import grit_context, uses_grit_cache
@@ -143,7 +143,8 @@ def build_context(
     prompt: RagPrompt | None = None,
     recompute: float = 0.0,
 ) -> Context:
-    """Lay out ``[head] [passages] [query] [tail]`` (or the query first) and take the mode's segments from caches.
+    """Lay out ``[head] [passages] [query] [tail]`` (or ``[head] [query] [passages, best last] [tail]``)
+    and take the mode's segments from caches.
 
     Passages come from the index's stored states, checked to be the generator's own
     (:func:`~genembed.retrieval.kv_source.check_kv_source`). The query's states come from its embedding
@@ -191,6 +192,7 @@ def build_context(
     h = len(head)
     q_seg = Segment("query", q_ids, q_kv, at=h)
     d_segs = [Segment(s.id, ids, kv, at=h) for s, ids, kv in zip(sources, d_ids, d_kv, strict=True)]
+    d_segs = passage_order(d_segs, order)  # the best passage first, or last when the question comes first
     segments = [q_seg, *d_segs] if order == "query_first" else [*d_segs, q_seg]
     lm = model.backbone.model
     with adapter_mode(lm, getattr(model, "generation_adapter", False)):  # prefills run the generator

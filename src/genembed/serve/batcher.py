@@ -13,10 +13,17 @@ waits in a second queue and is batched the same way, with two rules that keep it
 - a background batch holds at most ``background_share`` (half) of the tokens of the client batch
   before it, and at least one job. A client that arrives while background work runs waits for one
   such batch, at most, before its own batch runs;
-- while no client waits, each further background batch may hold four times as many tokens as the
-  one before (up to ``max_batch_tokens``), so work that nobody competes with is not run in needlessly
-  small batches; the next client batch starts the growth over. A client that arrives during such
-  a larger batch waits for it.
+- once no client batch has run for ``idle_after`` seconds (1 s), each further background batch may
+  hold four times as many tokens as the one before (up to ``max_batch_tokens``), so work that nobody
+  competes with is not run in needlessly small batches; the next client batch starts the growth
+  over. A client that arrives during such a larger batch waits for it. (A closed-loop client leaves
+  the model free for a few milliseconds between its requests: growing then made it wait for batches
+  several times its own.)
+
+The batcher also measures what a centring estimate needs (:meth:`EmbeddingBatcher.background_seconds`):
+the model's seconds per token (a moving average over the batches run) and whether clients compete for
+the model now; under competition the turns above give background work at least
+``background_share / (1 + background_share)`` of the tokens (a third by default).
 
 A full queue refuses new requests (:class:`~genembed.serve.worker.QueueFullError`, HTTP 429);
 :meth:`EmbeddingBatcher.close` refuses new ones and finishes every accepted one (background work too).
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
@@ -68,6 +76,9 @@ class EmbeddingBatcher:
         on_batch: called with ``(requests, texts)`` after each client batch that ran (metrics).
         background_share: right after a client batch, a background batch takes jobs while their summed
             cost fits this share of that batch's cost (always at least one job; see the module docstring).
+        clock: seconds, monotonic (tests pass a fake one); times the batches for :meth:`background_seconds`
+            and ``idle_after``.
+        idle_after: seconds without a client batch after which background batches grow (module docstring).
     """
 
     def __init__(
@@ -80,6 +91,8 @@ class EmbeddingBatcher:
         max_queue: int,
         on_batch: Callable[[int, int], None] | None = None,
         background_share: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+        idle_after: float = 1.0,
     ):
         self._encode = encode
         self._run = run
@@ -88,6 +101,10 @@ class EmbeddingBatcher:
         self.max_batch_requests = max_batch_requests
         self.max_queue = max_queue
         self.background_share = background_share
+        self._clock = clock
+        self.idle_after = idle_after
+        self._last_client_end = -float("inf")  # when the latest client batch finished (clock time)
+        self.seconds_per_token: float | None = None  # moving average over the batches run (None: none yet)
         self._queue: deque[_Job] = deque()
         self._background: deque[_Job] = deque()
         self._last_client_cost = 0  # cost of the latest client batch: sizes the background batches
@@ -111,6 +128,22 @@ class EmbeddingBatcher:
     def queued_background(self) -> int:
         """Background jobs waiting for a batch."""
         return len(self._background)
+
+    @property
+    def contended(self) -> bool:
+        """Whether clients compete for the model now (a client batch runs or client requests wait)."""
+        return bool(self.running or self._queue)
+
+    def background_seconds(self, tokens: int) -> float | None:
+        """Estimated seconds until ``tokens`` more background tokens, queued now, are done: the background
+        jobs already queued come first; under competition from clients background work gets its
+        guaranteed share of the model (module docstring), else all of it. None before any batch was timed.
+        """
+        if self.seconds_per_token is None:
+            return None
+        ahead = sum(job.cost for job in self._background if not job.future.done())
+        share = self.background_share / (1 + self.background_share) if self.contended else 1.0
+        return (ahead + tokens) * self.seconds_per_token / share
 
     def start(self) -> None:
         """Start the batching loop on the running event loop."""
@@ -159,6 +192,8 @@ class EmbeddingBatcher:
             # half the client batch before it; four times larger for each background batch since, while no
             # client waited (a lone new instruction is centred in a few large batches, not 64 small ones)
             base = max(int(self.background_share * self._last_client_cost), self._background[0].cost)
+            if self._clock() - self._last_client_end < self.idle_after:
+                self._background_streak = 0  # clients were served a moment ago and may come back: stay small
             budget = min(base << min(2 * self._background_streak, 60), max(self.max_batch_tokens, base))
             self._background_streak += 1
             return self._take(self._background, budget), False
@@ -206,10 +241,19 @@ class EmbeddingBatcher:
                 finally:
                     self.running = 0
 
+    def _time(self, tokens: int, seconds: float) -> None:
+        """Fold one batch's seconds per token into the moving average (the latest batch weighs a quarter)."""
+        if tokens <= 0:
+            return
+        rate = seconds / tokens
+        self.seconds_per_token = rate if self.seconds_per_token is None else 0.75 * self.seconds_per_token + 0.25 * rate
+
     async def _run_batch(self, batch: list[_Job], client: bool = True) -> None:
         texts = [text for job in batch for text in job.texts]
+        start = self._clock()
         try:
             vectors = await self._run(self._encode, batch[0].key, texts)
+            self._time(sum(job.cost for job in batch), self._clock() - start)
         except Exception as exc:
             if len(batch) > 1:  # one bad request must not fail its batch mates: retry each alone
                 logger.warning("batch of %d requests failed (%s); retrying them one by one", len(batch), exc)
@@ -220,6 +264,7 @@ class EmbeddingBatcher:
                 batch[0].future.set_exception(exc)
             return
         if client:
+            self._last_client_end = self._clock()
             self.batches += 1
             self.batched_requests += len(batch)
             self.largest_batch = max(self.largest_batch, len(batch))

@@ -13,7 +13,7 @@ from ..generation.rerank import SCORINGS
 from .errors import error_responses
 from .instructions import INPUT_TYPES, TASKS
 from .schemas import Health, Info, RerankUsage, TokenizeData, TokenizeRequest, TokenizeResponse
-from .settings import LIMITS
+from .settings import CENTERING_LIMITS, LIMITS
 from .state import ServingState, get_state
 
 __all__ = ["keyed", "public"]
@@ -72,7 +72,7 @@ async def info(state: ServingState = Depends(get_state)) -> Info:
         default_rerank_scoring=s.rerank_scoring,
         device=str(state.model.device),
         dtype=str(state.model.backbone.model.dtype).removeprefix("torch."),
-        limits={name: getattr(s, name) for name in (*LIMITS, "max_centering", "max_centering_queue")},
+        limits={name: getattr(s, name) for name in (*LIMITS, *CENTERING_LIMITS)},
         generation_weights=state.model.generation_weights,
         generation_note=base_weights_note(state.model),
         **published_contract(state),

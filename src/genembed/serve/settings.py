@@ -10,7 +10,7 @@ from ..encoders.methods import DEFAULT_MAX_STEPS, DEFAULT_STEPS, METHODS
 from ..encoders.prompts import PROMPT_FORMATS
 from ..generation.sampling import SamplingOptions
 
-__all__ = ["LIMITS", "ServeSettings"]
+__all__ = ["CENTERING_LIMITS", "LIMITS", "ServeSettings"]
 
 # the limits a request is held to, each a positive int field of ServeSettings (the `serve` options of the
 # same names default to None: these fields' defaults)
@@ -25,6 +25,9 @@ LIMITS = (
     "max_new_tokens",
     "max_prompt_tokens",
 )
+
+# the centring budget and bound (genembed.serve.centers), shown with the limits in /info
+CENTERING_LIMITS = ("max_centering", "max_centering_queue", "max_centering_wait")
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,10 @@ class ServeSettings:
     # wait for their turn before a request with yet another one is answered 429 with Retry-After
     max_centering: int = 1
     max_centering_queue: int = 2
+    # seconds a request waits for a new instruction's center at most: a request whose center is expected
+    # later under the current load gets 429 with Retry-After at once (the center is computed all the same),
+    # one still waiting at this bound gets 429 then (genembed.serve.centers)
+    max_centering_wait: float = 15.0
 
     def __post_init__(self) -> None:
         for name in (*LIMITS, "default_steps", "encode_batch_size", "default_max_new_tokens", "max_centering"):
@@ -84,6 +91,9 @@ class ServeSettings:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"ServeSettings.{name} must be an int >= 0, got {value!r}")
+        wait = self.max_centering_wait
+        if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 < wait < float("inf"):
+            raise ValueError(f"ServeSettings.max_centering_wait must be a positive number of seconds, got {wait!r}")
         if self.default_steps > self.max_steps:
             raise ValueError(f"default_steps ({self.default_steps}) exceeds max_steps ({self.max_steps})")
         if self.default_max_new_tokens > self.max_new_tokens:

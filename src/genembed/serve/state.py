@@ -91,6 +91,7 @@ class ServingState:
             self.embedding_items,
             max_active=s.max_centering,
             max_queue=s.max_centering_queue,
+            max_wait=s.max_centering_wait,
         )
 
     async def close(self) -> None:
