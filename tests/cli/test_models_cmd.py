@@ -30,6 +30,8 @@ def test_models_lists_the_published_checkpoints_and_the_default(fake_hub, tiny_f
         rows["Roytsai27/GIRCSE-QWEN7B"]["steps"] == 3 and rows["Roytsai27/GIRCSE-QWEN7B"]["base"] == "Qwen/Qwen2.5-7B"
     )
     assert rows["GritLM/GritLM-8x7B"]["weights_gb"]["bfloat16"] == 93.4
+    (default,) = [row for model_id, row in rows.items() if model_id.endswith("(default)")]
+    assert default["dim"] == 576 and default["params"] > 1e8  # read from the bundled GGUF file
 
 
 @pytest.mark.parametrize("model_id", ["GritLM/GritLM-7B", "Qwen/Qwen3-Embedding-0.6B"])

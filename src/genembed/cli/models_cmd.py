@@ -67,15 +67,19 @@ def _bundled() -> dict[str, Any]:
     try:
         import gguf
 
-        params = sum(int(t.n_elements) for t in gguf.GGUFReader(default_gguf_path()).tensors)
-    except (ImportError, MissingModelError):
-        params = 0
+        reader = gguf.GGUFReader(default_gguf_path())
+        params = sum(int(t.n_elements) for t in reader.tensors)
+        width = reader.fields["llama.embedding_length"]
+        dim = int(width.parts[width.data[0]][0])
+    except (ImportError, MissingModelError, KeyError):
+        params, dim = 0, None
     return {
         "id": f"{DEFAULT_MODEL_NAME} (default)",
-        "summary": "bundled, offline; the shipped GIRCSE adapter",
+        "summary": "bundled, offline; the shipped adapter (GIRCSE embeddings, chat)",
         "method": defaults.method,
         "steps": defaults.steps,
         "params": params,
+        "dim": dim,
         "weights_gb": {dtype: round(params * n / 1e9, 2) if params else None for dtype, n in BYTES_PER_PARAM.items()},
         "cached": "bundled",
     }
