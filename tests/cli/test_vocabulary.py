@@ -203,6 +203,7 @@ MEANINGS: dict[str, str | None] = {
     "--max-batch-tokens": None,
     "--max-centering": None,
     "--max-centering-queue": None,
+    "--max-centering-wait": None,
     "--max-inputs": None,
     "--max-length": "tokens per",
     "--max-new-tokens": "tokens per",
