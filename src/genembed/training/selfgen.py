@@ -178,11 +178,11 @@ def generate_responses(
     from tqdm.auto import tqdm
 
     bar = tqdm(total=len(chosen), initial=start, desc="generate", unit="prompt", disable=not progress)
+    decoding = {"temperature": temperature, "top_p": top_p, "no_repeat_ngram_size": no_repeat_ngram_size}
     with partial.open("a" if start else "w", encoding="utf-8") as handle:
         for begin in range(start, len(chosen), batch_size):
             batch = chosen[begin : begin + batch_size]
             torch.manual_seed(seed + begin)
-            decoding = {"temperature": temperature, "top_p": top_p, "no_repeat_ngram_size": no_repeat_ngram_size}
             answers = _answer(model, backbone, tokenizer, batch, device, max_new_tokens, **decoding)
             for prompt, answer in zip(batch, answers, strict=True):
                 if answer:
