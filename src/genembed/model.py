@@ -110,7 +110,7 @@ class GenerativeEmbedder(SettingsHolder, EncodingMethods, Persistence):
     @property
     def generation_weights(self) -> str:
         """The weights :meth:`generate`, :meth:`rerank` and RAG answers run on, in words (see
-        :attr:`generation_adapter`), e.g. ``"SmolLM2-135M-Instruct + adapter smollm2-135m-gircse"``."""
+        :attr:`generation_adapter`), e.g. ``"SmolLM2-135M-Instruct + adapter smollm2-135m-joint"``."""
         from .generation.adapters import generation_weights_label
 
         return generation_weights_label(self)

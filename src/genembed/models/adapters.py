@@ -4,7 +4,6 @@ folder (local, shipped or from the hub), checked and attached with peft, and wha
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -16,10 +15,12 @@ from .trained_for import read_trained_for
 
 __all__ = [
     "DEFAULT_ADAPTER",
+    "FORMER_NAMES",
     "SHIPPED_ADAPTERS",
     "adapter_folder",
     "adapter_name",
     "attach_adapter",
+    "current_name",
     "default_adapter",
     "is_shipped",
     "resolve_adapter",
@@ -29,20 +30,18 @@ __all__ = [
     "trained_for_generation",
 ]
 
-logger = logging.getLogger(__name__)
-
 _ADAPTERS = Path(__file__).parent.parent / "adapters"
-# the LoRA adapter trained for the bundled backbone (`make default-adapter`, MODEL_CARD.md): it embeds
-# (GIRCSE), and, trained with a next-token loss too (configs/joint-stage-3.yaml), generates, reranks and
-# hands its KV states to the generator
-DEFAULT_ADAPTER = _ADAPTERS / "smollm2-135m-gircse"
-# adapters shipped for the bundled backbone, by the name `load(adapter=NAME)` and `--adapter NAME` take;
-# "joint" is an alias of the default since the default generates too (_NOTES says so when it is used)
-SHIPPED_ADAPTERS = {"gircse": DEFAULT_ADAPTER, "joint": DEFAULT_ADAPTER}
-_NOTES = {
-    "joint": 'the "joint" adapter is now the default adapter ("gircse"), which embeds and generates with one '
-    'set of weights; load it with adapter=None or adapter="gircse"',
-}
+# the LoRA adapter trained for the bundled backbone (`make default-adapter`, MODEL_CARD.md), jointly (GRIT +
+# GIRCSE): it embeds (GIRCSE), and, trained with a next-token loss too (configs/joint-stage-3.yaml),
+# generates, reranks and hands its KV states to the generator
+DEFAULT_ADAPTER = _ADAPTERS / "smollm2-135m-joint"
+# the names shipped adapters' folders had before (former: today's), so that what a model recorded under one
+# (an index's model name, the adapter its stored KV states came from) still matches the model today
+FORMER_NAMES = {"smollm2-135m-gircse": DEFAULT_ADAPTER.name}
+# adapters shipped for the bundled backbone, by the name `load(adapter=NAME)` and `--adapter NAME` take: the
+# default is "joint"; "gircse" (its name before it generated too) and the folder's names are aliases
+SHIPPED_ADAPTERS = {"joint": DEFAULT_ADAPTER, "gircse": DEFAULT_ADAPTER, DEFAULT_ADAPTER.name: DEFAULT_ADAPTER}
+SHIPPED_ADAPTERS |= {former: _ADAPTERS / name for former, name in FORMER_NAMES.items()}
 
 
 def default_adapter() -> Path | None:
@@ -62,6 +61,14 @@ def is_shipped(folder: Path) -> bool:
     return folder.resolve() in {shipped.resolve() for shipped in SHIPPED_ADAPTERS.values()}
 
 
+def current_name(recorded: str) -> str:
+    """``recorded`` (a model name ``"backbone+adapter"``, an adapter name, or ``"adapter@sha256:..."``) with a
+    shipped adapter's former name (:data:`FORMER_NAMES`) replaced by today's; anything else unchanged."""
+    head, plus, adapter = recorded.rpartition("+")
+    name, at, digest = adapter.partition("@")
+    return head + plus + FORMER_NAMES.get(name, name) + at + digest
+
+
 def shipped_folders() -> list[Path]:
     """Each folder :data:`SHIPPED_ADAPTERS` names, once (an alias names a folder another name names)."""
     return list(dict.fromkeys(SHIPPED_ADAPTERS.values()))
@@ -74,8 +81,6 @@ def resolve_adapter(adapter: str | os.PathLike, local_files_only: bool = False) 
     if path.exists() or not isinstance(adapter, str):
         return path
     if adapter in SHIPPED_ADAPTERS:
-        if adapter in _NOTES:
-            logger.info(_NOTES[adapter])
         folder = shipped_adapter(adapter)
         if folder is None:
             raise MissingModelError(f"this install does not ship the {adapter!r} adapter ({SHIPPED_ADAPTERS[adapter]})")

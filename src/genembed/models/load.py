@@ -70,12 +70,13 @@ def load(
             ``local_files_only`` or ``HF_HUB_OFFLINE=1``. (:mod:`genembed.models.source`.)
         adapter: a LoRA adapter folder (as written by ``genembed train``), the name of an adapter
             shipped for the bundled backbone (:data:`~genembed.models.adapters.SHIPPED_ADAPTERS`:
-            ``"gircse"``, the default, and ``"joint"``, its alias; a local folder of that name wins), or
+            ``"joint"``, the default, and its aliases ``"gircse"``, its former name, and the folder's names
+            ``"smollm2-135m-joint"`` and ``"smollm2-135m-gircse"``; a local folder of that name wins), or
             a hub id of an adapter (downloaded like a model). None: the shipped adapter when ``model`` is
             the bundled default, a saved model's own adapter, a published or adapter repo's own adapter,
             none for any other model. False: none (the raw backbone). An adapter trained with a next-token loss
-            too (see :func:`~genembed.models.adapters.trained_for_generation`; the shipped default,
-            and ``"joint"``, its alias) is used for generation as well (``model.generation_adapter ==
+            too (see :func:`~genembed.models.adapters.trained_for_generation`; the shipped default is
+            one) is used for generation as well (``model.generation_adapter ==
             "adapter"``); an embedding-only adapter only for embedding. What the adapter was trained for is
             read from its saved training config (``model.trained_for``,
             :mod:`genembed.models.trained_for`); ``encode`` warns when asked for another method or
