@@ -60,24 +60,33 @@ class GenerativeEmbedder:
     """
 
     def __init__(
-        self, backbone: Backbone, *, adapter: str | None = None, settings: ModelSettings | None = None, **fields: Any
+        self,
+        backbone: Backbone,
+        *,
+        adapter: str | None = None,
+        settings: ModelSettings | None = None,
+        adapter_path: str | None = None,
+        trained_for: TrainedFor | None = None,
+        generation_adapter: GenerationWeights | bool = "base",
+        generation_adapter_name: str | None = None,
+        generation_adapter_path: str | None = None,
+        **fields: Any,
     ):
         """``fields``: :class:`~genembed.encoders.model_settings.ModelSettings` fields by name (or the whole
-        ``settings``, not both)."""
+        ``settings``, not both). :func:`genembed.load` (:mod:`genembed.models.assemble`) gives the rest: where
+        the adapter lives and what it was trained for (:mod:`genembed.models.trained_for`; None: unknown or no
+        adapter), and the weights that generate (:attr:`generation_adapter`) with the generation adapter's
+        name and folder when one is loaded."""
         if settings is not None and fields:
             raise TypeError(f"give settings or its fields {sorted(fields)}, not both")
         self.backbone = backbone
         self.adapter = adapter
+        self.adapter_path = adapter_path
+        self.trained_for = trained_for
         self.settings = ModelSettings(**fields) if settings is None else settings
-        # the weights generate/rerank run on: "base", "adapter" or "generation" (genembed.generation.weights;
-        # load() decides them by its one rule, choose_weights)
-        self.generation_adapter_name: str | None = None  # that adapter's name and folder, when loaded
-        self.generation_adapter_path: str | None = None
-        self.generation_adapter = "base"
-        # what the adapter was trained for (its saved training config; None: unknown or no adapter) and
-        # where it lives; load() sets both (genembed.models.trained_for)
-        self.trained_for: TrainedFor | None = None
-        self.adapter_path: str | None = None
+        self.generation_adapter_name = generation_adapter_name
+        self.generation_adapter_path = generation_adapter_path
+        self.generation_adapter = generation_adapter
 
     @property
     def settings(self) -> ModelSettings:

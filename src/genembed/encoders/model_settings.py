@@ -15,6 +15,7 @@ settings in its manifest (:meth:`EmbedSettings.to_dict`).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,6 +100,37 @@ class ModelSettings:
         """What ``genembed.json`` stores: ``{"encode": {...}, "prompts": ..., ...}``."""
         out: dict[str, Any] = {_ENCODE: {name: getattr(self, name) for name in self.fields_in(_ENCODE)}}
         return out | {name: getattr(self, name) for name in self.fields_in(None)}
+
+    @classmethod
+    def resolve(
+        cls,
+        given: Mapping[str, Any],
+        *,
+        own: Mapping[str, Any] | None = None,
+        saved: dict[str, Any] | None = None,
+        trained: Mapping[str, Any] | None = None,
+        center: bool = False,
+    ) -> ModelSettings:
+        """The settings a loaded model gets (:func:`genembed.load`): the one rule, each layer changing the one
+        before (:func:`~genembed.encoders.settings.override_fields`: None keeps; another method brings its
+        own attention and prompt format).
+
+        Args:
+            given: the caller's (``load``'s keywords; None: not given).
+            own: a published checkpoint's (its authors' method, K, prompts, ...), under everything else.
+            saved: a saved model's ``genembed.json`` (:meth:`to_dict`'s layout), checked here.
+            trained: what the adapter was trained with (its own ``genembed.json``, centring left out); its
+                named instructions and similarity replace the ones below.
+            center: centring, decided apart (:func:`genembed.models.assemble.centering`).
+        """
+        layers = dict(own or {})
+        if saved is not None:
+            kept = cls.from_dict(saved)
+            layers = {name: getattr(kept, name) for name in cls.fields_in(None) + cls.fields_in(_ENCODE)}
+        top = {name: value for name, value in (trained or {}).items() if name in cls.fields_in(None)}
+        encode = {name: value for name, value in (trained or {}).items() if name not in top}
+        fields = override_fields(override_fields(layers, encode), given) | top
+        return cls(**(fields | {"center": center}))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelSettings:

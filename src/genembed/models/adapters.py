@@ -1,25 +1,29 @@
-"""LoRA adapters for :func:`genembed.load`: the shipped ones by name, an adapter argument resolved to a
-folder (local, shipped or from the hub), checked and attached with peft, and what ``load``'s
-``generation_adapter`` argument asks for."""
+"""LoRA adapters for :func:`genembed.load`: the shipped ones by name, and the adapters one load attaches
+(:func:`choose_adapters`: the embedding adapter and a generation adapter, resolved to checked folders, local,
+shipped or from the hub, before the backbone loads). :mod:`genembed.models.assemble` attaches them."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from .._peft import quiet_peft
 from ..backbone.default_model import MissingModelError
 from ..backbone.hub import hub_cache_dir, hub_snapshot, looks_like_path
 from .trained_for import read_trained_for
+
+if TYPE_CHECKING:
+    from .source import ModelSource
 
 __all__ = [
     "DEFAULT_ADAPTER",
     "FORMER_NAMES",
     "SHIPPED_ADAPTERS",
+    "ChosenAdapters",
     "adapter_folder",
     "adapter_name",
-    "attach_adapter",
+    "choose_adapters",
     "current_name",
     "default_adapter",
     "is_shipped",
@@ -152,10 +156,52 @@ def adapter_folder(path: str | os.PathLike, what: str = "adapter folder") -> Pat
     return folder
 
 
-def attach_adapter(backbone: Any, adapter_path: Path) -> None:
-    """Wrap the backbone's model with a saved LoRA adapter (peft), in eval mode."""
-    from peft import PeftModel
+@dataclass(frozen=True)
+class ChosenAdapters:
+    """The adapters one :func:`genembed.load` attaches (:func:`choose_adapters`), as checked folders."""
 
-    folder = adapter_folder(adapter_path)
-    with quiet_peft():
-        backbone.model = PeftModel.from_pretrained(backbone.model, str(folder)).eval()
+    path: Path | None = None  # the embedding adapter (None: none)
+    name: str | None = None  # what the model calls it (model.adapter)
+    shipped: bool = False  # one of the adapters shipped with genembed
+    generator: Path | None = None  # a generation adapter attached beside it (None: none)
+    generator_name: str | None = None  # what the model calls that one (None: its folder's name)
+    generates: str | bool | None = None  # the weights the caller asked to generate with (None: not said)
+
+
+def choose_adapters(
+    source: ModelSource,
+    adapter: str | os.PathLike | bool | None,
+    generation_adapter: str | os.PathLike | bool | None,
+    local_files_only: bool = False,
+) -> ChosenAdapters:
+    """The adapters a load of ``source`` attaches, before the backbone loads: ``load``'s ``adapter`` (None:
+    a saved model's, a published or adapter repo's own, the shipped default for the bundled backbone, else
+    none; False: none) and ``generation_adapter`` (:func:`resolve_generator`; a saved model's own
+    ``generation/`` adapter when the caller says nothing). Each folder is checked (:func:`adapter_folder`),
+    so a missing or damaged adapter fails before any weights load. A saved model's adapters are named here
+    by their folders; :func:`genembed.load` names them as its ``genembed.json`` does.
+
+    Raises:
+        MissingModelError / DamagedFileError: an adapter folder holds no readable LoRA adapter.
+    """
+    from ..generation.adapters import GENERATION_ADAPTER
+
+    generator, generates = resolve_generator(generation_adapter, local_files_only)
+    own: Path | None = None  # the source's own adapter
+    if source.kind == "saved" or source.own_adapter:
+        assert source.folder is not None
+        if (source.folder / "adapter_config.json").is_file():
+            own = source.folder
+        saved_generator = source.folder / GENERATION_ADAPTER
+        asked = generator is not None or generates is not None
+        if source.kind == "saved" and not asked and (saved_generator / "adapter_config.json").is_file():
+            generator = adapter_folder(saved_generator, "generation adapter folder")
+    elif adapter is None and source.kind == "bundled":
+        adapter = default_adapter()
+    if adapter is None and own is not None:
+        name = source.name if source.own_adapter and source.name else own.name
+        return ChosenAdapters(adapter_folder(own), name, is_shipped(own), generator, None, generates)
+    if adapter is None or adapter is False:
+        return ChosenAdapters(None, None, False, generator, None, generates)
+    path = adapter_folder(resolve_adapter(adapter, local_files_only))
+    return ChosenAdapters(path, adapter_name(adapter, path), is_shipped(path), generator, None, generates)
