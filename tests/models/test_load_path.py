@@ -93,3 +93,18 @@ def test_a_published_checkpoint_takes_the_same_way(published_gircse):
     path = documented_path()
     assert len(set(steps)) == len(steps) and steps == [module for module in path if module in steps], steps
     assert model.method == "gircse" and model.center is False
+
+
+def test_a_missing_or_damaged_adapter_fails_before_any_weights_load(tiny_folder, lora_folder, tmp_path, monkeypatch):
+    from genembed._files import DamagedFileError
+    from genembed.backbone import MissingModelError
+    from genembed.models import load as loading
+
+    monkeypatch.setattr(loading, "load_backbone", lambda *a, **k: pytest.fail("the backbone loaded first"))
+    with pytest.raises(MissingModelError, match="holds no adapter_config.json"):
+        genembed.load(tiny_folder, adapter=tmp_path)
+    weights = lora_folder / "adapter_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-20])
+    for asked in ({"adapter": lora_folder}, {"generation_adapter": lora_folder}):
+        with pytest.raises(DamagedFileError, match="adapter_model.safetensors"):
+            genembed.load(tiny_folder, **asked)
