@@ -49,7 +49,8 @@ icr-adapter: $(STAMP)
 	$(VENV)/bin/genembed train configs/gircse-smollm2.yaml --resume
 	$(VENV)/bin/genembed train configs/gircse-smollm2-stage2-k10.yaml --resume
 
-# Reproduce the shipped adapter (src/genembed/adapters/smollm2-135m-gircse): the ICR adapter, then four teacher
+# Reproduce the shipped adapter (src/genembed/adapters/smollm2-135m-joint; smollm2-135m-gircse before it was renamed
+# for what it is, a GRIT + GIRCSE joint adapter): the ICR adapter, then four teacher
 # stages of 110 steps each, every one from the one before (configs/teacher-stage.yaml; about 70 min of two threads
 # each plus the teacher's targets they compute; each resumes after an interruption). Stages 2 and 3 train the upper
 # 15 layers on bare single texts; stages 4 and 5 every layer, single texts under their rows' instructions (the
@@ -120,7 +121,7 @@ teacher-stage: teacher
 # Ship a finished stage (the run folder RUN, runs/teacher-stage-$(STAGE) unless named) as the default adapter: its
 # last checkpoint stored in bfloat16 (half the size; stage 2's float32 dev scores moved by at most 0.0033,
 # docs/experiments.md) with its training config, then the centers. Append the stage to default-adapter.
-DEFAULT_ADAPTER := src/genembed/adapters/smollm2-135m-gircse
+DEFAULT_ADAPTER := src/genembed/adapters/smollm2-135m-joint
 RUN ?= runs/teacher-stage-$(STAGE)
 ship-stage: $(STAMP)
 	rm -rf $(RUN)-bf16

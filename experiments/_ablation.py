@@ -75,7 +75,7 @@ def load_model(model: Any, adapter: Path | None, *, dtype: str | None = None) ->
     import genembed
     from genembed.backbone.tiny import tiny_backbone
     from genembed.model import GenerativeEmbedder
-    from genembed.models.adapters import attach_adapter
+    from genembed.models.assemble import attach_adapter
 
     if model.name != "tiny":
         return genembed.load(model.name, adapter=adapter or False, dtype=dtype or model.dtype)

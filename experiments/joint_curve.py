@@ -7,7 +7,7 @@ from. Perplexities are ``benchmarks/grit_generation.py``'s (held-aside self-gene
 128 tokens of 100 SciFact dev abstracts), with the raw backbone as the reference line; ``--dev STEPS=REPORT``
 adds the K=5 mean of a ``genembed eval`` report. Writes ``OUT.json`` and ``OUT.png``:
 
-    python experiments/joint_curve.py --point 0=src/genembed/adapters/smollm2-135m-gircse \\
+    python experiments/joint_curve.py --point 0=src/genembed/adapters/smollm2-135m-joint \\
         --point 30=runs/joint-stage-1-step30 --point 60=runs/joint-stage-1 --point 120=runs/joint-stage-2 \\
         --dev 0=experiments/results/teacher-stages/stage-11/eval_full.json \\
         --out experiments/results/joint-stages/learning_curve

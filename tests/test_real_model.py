@@ -71,13 +71,14 @@ def test_the_default_adapter_follows_the_instruction(default_model):
 
 
 # The shipped default (configs/joint-stage-3.yaml): trained with a next-token loss too, so the same weights
-# embed, generate and rerank; "joint" is an alias of it.
+# embed, generate and rerank; its former folder name still loads it.
 def test_the_default_embeds_and_generates_with_one_set_of_weights():
     import genembed
 
     joint = genembed.load(dtype="float32")
     assert joint.generation_adapter == "adapter" and joint.center is True
-    assert joint.adapter_path == genembed.load(adapter="joint", dtype="float32").adapter_path
+    former = genembed.load(adapter="smollm2-135m-gircse", dtype="float32")  # the folder's former name
+    assert (former.adapter, former.adapter_path) == ("smollm2-135m-joint", joint.adapter_path)
     for anchor, paraphrase, unrelated in PAIRS:
         emb = joint.encode([anchor, paraphrase, unrelated], instruction="Retrieve semantically similar text.", steps=5)
         assert float(emb[0] @ emb[1] - emb[0] @ emb[2]) > 0.1, anchor

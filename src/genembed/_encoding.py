@@ -1,11 +1,12 @@
-"""Encoding, the part of :class:`genembed.GenerativeEmbedder` that embeds: ``encode`` (sentence-transformers'
-keywords; the steps after the core in :class:`~genembed.encoders.output.OutputPipeline`), ``encode_query`` /
-``encode_document``, ``similarity`` and ``inspect``. A mixin of the facade (:mod:`genembed.model`), over its
-``backbone`` and ``settings``."""
+"""Encoding, the collaborator :class:`genembed.GenerativeEmbedder` embeds through: ``encode``
+(sentence-transformers' keywords; the steps after the core in :class:`~genembed.encoders.output.OutputPipeline`),
+``encode_query`` / ``encode_document``, ``similarity`` and ``inspect``. It holds no model: each method takes
+the model it embeds for (its ``backbone``, ``settings`` and what its adapter was trained for), and the model
+hands its public methods here (:func:`genembed._delegate.delegate`)."""
 
 from __future__ import annotations
 
-from typing import Any, Unpack
+from typing import Any, Protocol, Unpack
 
 import torch
 
@@ -14,26 +15,42 @@ from .encoders.encode_options import EncodeOverrides, split_overrides
 from .encoders.inspect_tokens import SoftTokenStep, inspect_soft_tokens
 from .encoders.instructions import resolve_instruction
 from .encoders.methods import SOFT_TOKEN_METHOD, method_rules
+from .encoders.model_settings import ModelSettings
 from .encoders.settings import EmbedSettings
-from .models.trained_for import warn_if_untrained
+from .models.trained_for import TrainedFor, warn_if_untrained
 
-__all__ = ["EncodingMethods"]
+__all__ = ["EmbeddingModel", "Encoding"]
 
 
-class EncodingMethods:
-    """``encode`` and its companions (see :class:`genembed.GenerativeEmbedder`): over the model's
-    ``backbone``, its settings and what its adapter was trained for."""
+class EmbeddingModel(Protocol):
+    """What :class:`Encoding` reads of a model (:class:`genembed.GenerativeEmbedder` is one)."""
 
     backbone: Any
+    settings: ModelSettings
     adapter: str | None
-    trained_for: Any
+    trained_for: TrainedFor | None
 
-    def get_sentence_embedding_dimension(self) -> int:
+    @property
+    def dim(self) -> int: ...
+
+    def to(self, device: str) -> Any: ...
+
+    def encode(self, texts: str | list[str], **kwargs: Any) -> Any: ...
+
+    def embed_settings(self, **changes: Any) -> EmbedSettings: ...
+
+
+class Encoding:
+    """``encode`` and its companions (see :class:`genembed.GenerativeEmbedder`), for the model each call
+    names: over its ``backbone``, its settings and what its adapter was trained for."""
+
+    def get_sentence_embedding_dimension(self, model: EmbeddingModel) -> int:
         """The length of the vectors ``encode`` returns (``truncate_dim`` when set, else :attr:`dim`)."""
-        return min(self.dim, self.truncate_dim) if self.truncate_dim else self.dim
+        return min(model.dim, model.settings.truncate_dim) if model.settings.truncate_dim else model.dim
 
     def encode(
         self,
+        model: EmbeddingModel,
         texts: str | list[str],
         *,
         prompt_name: str | None = None,
@@ -128,28 +145,29 @@ class EncodingMethods:
         tokenized = keywords.get("tokenized")
         center = changes.pop("center", None)
         instruction = resolve_instruction(
-            self.prompts,
+            model.settings.prompts,
             prompt=keywords["prompt"],
             prompt_name=prompt_name,
-            default_prompt_name=self.default_prompt_name,
+            default_prompt_name=model.settings.default_prompt_name,
         )
         normalize = True if keywords["normalize_embeddings"] is None else bool(keywords["normalize_embeddings"])
-        output = self._settings.output.replace(
+        output = model.settings.output.replace(
             center=center, truncate_dim=truncate_dim, normalize=normalize, precision=precision
         )
         changes["batch_size"] = batch_size
-        settings = self.embed_settings(**changes) if settings is None else settings.override(**changes)
+        settings = model.embed_settings(**changes) if settings is None else settings.override(**changes)
         method = settings.method
-        warn_if_untrained(self.trained_for, self.adapter, settings.method, settings.attention)
+        # stacklevel: warn_if_untrained, this method, the model's (genembed._delegate), the caller
+        warn_if_untrained(model.trained_for, model.adapter, settings.method, settings.attention, stacklevel=4)
         if return_all_steps and (not method_rules(method).uses_steps or settings.adaptive):
             raise ValueError(f"return_all_steps needs method={SOFT_TOKEN_METHOD!r} and a fixed number of steps")
         if return_all_steps and precision != "float32":
             raise ValueError("return_all_steps gives float32 embeddings only; quantize each step yourself")
         if device is not None:
-            self.to(device)
+            model.to(device)
         items, single = validate_texts(texts)
         embeddings, used = encode_texts(
-            self.backbone,
+            model.backbone,
             items,
             settings,
             instruction=instruction,
@@ -157,7 +175,7 @@ class EncodingMethods:
             show_progress_bar=show_progress_bar,
             prompts=tokenized,
         )
-        embeddings = output(self.backbone, embeddings, settings, instruction, all_steps=return_all_steps)
+        embeddings = output(model.backbone, embeddings, settings, instruction, all_steps=return_all_steps)
         convert_to_numpy = convert_to_numpy and not convert_to_tensor
         out = embeddings[0] if single else embeddings
         out = out.numpy() if convert_to_numpy else out
@@ -168,7 +186,7 @@ class EncodingMethods:
             return out, (used_out[0] if single else used_out)
         return out
 
-    def embed_settings(self, **changes: Any) -> EmbedSettings:
+    def embed_settings(self, model: EmbeddingModel, **changes: Any) -> EmbedSettings:
         """The settings :meth:`encode` embeds with: the model's own (``method``, ``steps``, ``attention``,
         ``prompt_format``, ``tau``, ``max_length``, as :meth:`save` records them), changed by ``changes``
         (:func:`~genembed.encoders.settings.override_fields`: None keeps the model's; another method
@@ -186,33 +204,38 @@ class EncodingMethods:
         Raises:
             ValueError: a bad setting (the message names it).
         """
-        return self._settings.embed_settings(**changes)
+        return model.settings.embed_settings(**changes)
 
-    def encode_query(self, texts: str | list[str], **kwargs: Any) -> Any:
+    def encode_query(self, model: EmbeddingModel, texts: str | list[str], **kwargs: Any) -> Any:
         """:meth:`encode` with ``prompt_name="query"`` (:data:`DEFAULT_QUERY_INSTRUCTION` unless
         ``model.prompts`` says otherwise) when no instruction, prompt or prompt name is given."""
-        return self.encode(texts, **_named_side(kwargs, self.prompts, ("query",)))
+        return model.encode(texts, **_named_side(kwargs, model.settings.prompts, ("query",)))
 
-    def encode_document(self, texts: str | list[str], **kwargs: Any) -> Any:
+    def encode_document(self, model: EmbeddingModel, texts: str | list[str], **kwargs: Any) -> Any:
         """:meth:`encode` with ``prompt_name="document"`` (no instruction unless ``model.prompts`` says
         otherwise) when no instruction, prompt or prompt name is given."""
-        return self.encode(texts, **_named_side(kwargs, self.prompts, ("document", "passage", "corpus")))
+        return model.encode(texts, **_named_side(kwargs, model.settings.prompts, ("document", "passage", "corpus")))
 
-    def similarity(self, a: Any, b: Any, *, similarity_fn_name: str | None = None) -> torch.Tensor:
+    def similarity(
+        self, model: EmbeddingModel, a: Any, b: Any, *, similarity_fn_name: str | None = None
+    ) -> torch.Tensor:
         """``(n, m)`` similarity matrix of two sets of embeddings (one vector counts as one row), by
         ``model.similarity_fn_name`` unless given: cosine, dot, or negative euclidean / manhattan distance."""
         from .encoders.similarity import similarity
 
-        return similarity(a, b, similarity_fn_name or self.similarity_fn_name)
+        return similarity(a, b, similarity_fn_name or model.settings.similarity_fn_name)
 
-    def similarity_pairwise(self, a: Any, b: Any, *, similarity_fn_name: str | None = None) -> torch.Tensor:
+    def similarity_pairwise(
+        self, model: EmbeddingModel, a: Any, b: Any, *, similarity_fn_name: str | None = None
+    ) -> torch.Tensor:
         """``(n,)`` similarity of ``a[i]`` with ``b[i]`` (see :meth:`similarity`)."""
         from .encoders.similarity import similarity_pairwise
 
-        return similarity_pairwise(a, b, similarity_fn_name or self.similarity_fn_name)
+        return similarity_pairwise(a, b, similarity_fn_name or model.settings.similarity_fn_name)
 
     def inspect(
         self,
+        model: EmbeddingModel,
         text: str,
         *,
         instruction: str | None = None,
@@ -223,10 +246,10 @@ class EncodingMethods:
     ) -> list[SoftTokenStep]:
         """Per GIRCSE step, the ``top`` most probable vocabulary tokens of the soft token ``p_k``
         (``steps`` None: ``model.steps``; ``max_length`` None: the model's tokens per prompt)."""
-        settings = self.embed_settings(
+        settings = model.embed_settings(
             method=SOFT_TOKEN_METHOD, steps=steps, prompt_format=prompt_format, max_length=max_length
         )
-        return inspect_soft_tokens(self.backbone, text, settings, instruction=instruction or "", top=top)
+        return inspect_soft_tokens(model.backbone, text, settings, instruction=instruction or "", top=top)
 
 
 def _named_side(kwargs: dict[str, Any], prompts: dict[str, str | None], names: tuple[str, ...]) -> dict[str, Any]:

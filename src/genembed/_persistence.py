@@ -1,19 +1,24 @@
-"""Persistence, the part of :class:`genembed.GenerativeEmbedder` that writes it: ``save`` (the format in
-:mod:`genembed.models.save`). A mixin of the facade (:mod:`genembed.model`)."""
+"""Persistence, the collaborator :class:`genembed.GenerativeEmbedder` saves through: ``save`` (the format in
+:mod:`genembed.models.save`). It holds no model: ``save`` takes the model it writes."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .models.save import SavableModel
 
 __all__ = ["Persistence"]
 
 
 class Persistence:
-    """``save`` (see :class:`genembed.GenerativeEmbedder`)."""
+    """``save`` (see :class:`genembed.GenerativeEmbedder`), for the model each call names."""
 
     def save(
         self,
+        model: SavableModel,
         folder: str | os.PathLike,
         *,
         save_backbone: bool | None = None,
@@ -42,4 +47,4 @@ class Persistence:
         """
         from .models.save import save_model
 
-        return save_model(self, folder, save_backbone=save_backbone, scores=scores)
+        return save_model(model, folder, save_backbone=save_backbone, scores=scores)

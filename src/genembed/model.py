@@ -1,36 +1,39 @@
 """The one object ``genembed.load()`` returns: a loaded backbone that embeds (and, through the
 generation modules, chats and reranks) with the same weights.
 
-Its parts live beside it: the settings it holds (:class:`~genembed.encoders.model_settings.SettingsHolder`),
-encoding (:mod:`genembed._encoding`) and persistence (:mod:`genembed._persistence`); generation and
-search are here, delegating to :mod:`genembed.generation` and :mod:`genembed.retrieval`.
-docs/architecture.md draws the way of ``load`` and ``encode`` file by file."""
+It holds what decides its vectors (one :class:`~genembed.encoders.model_settings.ModelSettings`) and the
+weights (``backbone``, the adapters' names), and hands the work to collaborators that hold no model:
+encoding (:class:`genembed._encoding.Encoding`), generation (:class:`genembed._generation.Generation`) and
+persistence (:class:`genembed._persistence.Persistence`), through :func:`genembed._delegate.delegate`;
+search delegates to :mod:`genembed.retrieval`. docs/architecture.md draws the way of ``load`` and
+``encode`` file by file."""
 
 from __future__ import annotations
 
+import copy
 import warnings
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import TYPE_CHECKING, Any, Self
 
 import torch
 
-from ._encoding import EncodingMethods
+from ._delegate import delegate
+from ._encoding import Encoding
+from ._generation import Generation
 from ._persistence import Persistence
 from .backbone.device import resolve_device
 from .backbone.loading import Backbone
 from .encoders.instructions import DEFAULT_QUERY_INSTRUCTION
-from .encoders.model_settings import ModelSettings, SettingsHolder
+from .encoders.model_settings import ModelSettings
 from .models.trained_for import TrainedFor
 
 if TYPE_CHECKING:
-    from .generation.rerank import RerankOptions, RerankResult
-    from .generation.sampling import SamplingKwargs, SamplingOptions
+    from .encoders.settings import EmbedSettings
     from .generation.weights import GenerationWeights
 
 __all__ = ["DEFAULT_QUERY_INSTRUCTION", "GenerativeEmbedder"]
 
 
-class GenerativeEmbedder(SettingsHolder, EncodingMethods, Persistence):
+class GenerativeEmbedder:
     """A decoder LLM used as an embedding model (GIRCSE soft tokens, mean, last-token or GRIT pooling).
 
     Build it with :func:`genembed.load`. ``model.backbone`` exposes the underlying transformers model
@@ -57,24 +60,67 @@ class GenerativeEmbedder(SettingsHolder, EncodingMethods, Persistence):
     """
 
     def __init__(
-        self, backbone: Backbone, *, adapter: str | None = None, settings: ModelSettings | None = None, **fields: Any
+        self,
+        backbone: Backbone,
+        *,
+        adapter: str | None = None,
+        settings: ModelSettings | None = None,
+        adapter_path: str | None = None,
+        trained_for: TrainedFor | None = None,
+        generation_adapter: GenerationWeights | bool = "base",
+        generation_adapter_name: str | None = None,
+        generation_adapter_path: str | None = None,
+        **fields: Any,
     ):
         """``fields``: :class:`~genembed.encoders.model_settings.ModelSettings` fields by name (or the whole
-        ``settings``, not both)."""
+        ``settings``, not both). :func:`genembed.load` (:mod:`genembed.models.assemble`) gives the rest: where
+        the adapter lives and what it was trained for (:mod:`genembed.models.trained_for`; None: unknown or no
+        adapter), and the weights that generate (:attr:`generation_adapter`) with the generation adapter's
+        name and folder when one is loaded."""
         if settings is not None and fields:
             raise TypeError(f"give settings or its fields {sorted(fields)}, not both")
         self.backbone = backbone
         self.adapter = adapter
+        self.adapter_path = adapter_path
+        self.trained_for = trained_for
         self.settings = ModelSettings(**fields) if settings is None else settings
-        # the weights generate/rerank run on: "base", "adapter" or "generation" (genembed.generation.weights;
-        # load() decides them by its one rule, choose_weights)
-        self.generation_adapter_name: str | None = None  # that adapter's name and folder, when loaded
-        self.generation_adapter_path: str | None = None
-        self.generation_adapter = "base"
-        # what the adapter was trained for (its saved training config; None: unknown or no adapter) and
-        # where it lives; load() sets both (genembed.models.trained_for)
-        self.trained_for: TrainedFor | None = None
-        self.adapter_path: str | None = None
+        self.generation_adapter_name = generation_adapter_name
+        self.generation_adapter_path = generation_adapter_path
+        self.generation_adapter = generation_adapter
+
+    @property
+    def settings(self) -> ModelSettings:
+        """What decides the vectors (see the class docstring); assigning it replaces them all."""
+        return self._settings
+
+    @settings.setter
+    def settings(self, value: ModelSettings) -> None:
+        if not isinstance(value, ModelSettings):
+            raise TypeError(f"settings must be a ModelSettings, got {type(value).__name__}")
+        self._settings = value
+
+    def with_settings(self, **changes: Any) -> Self:
+        """This model with ``changes`` to its :attr:`settings` (checked), as a new object over the same
+        loaded weights: ``model.with_settings(method="mean", steps=3)``.
+
+        Raises:
+            ValueError / TypeError: a bad setting (the message names it); nothing changes.
+        """
+        changed = copy.copy(self)
+        changed.settings = self._settings.replace(**changes)
+        return changed
+
+    def check_settings(self) -> EmbedSettings:
+        """Check the settings again (the named instructions may have been changed in place,
+        ``model.prompts["query"] = ...``); return the :class:`~genembed.encoders.settings.EmbedSettings`
+        they give. :meth:`save` calls it before writing anything.
+
+        Raises:
+            ValueError: a bad setting (the message names it and, for a name, the valid choices).
+            TypeError: ``prompts`` is not a dict of strings to strings or None.
+        """
+        self._settings = self._settings.replace()
+        return self.embed_settings()
 
     @property
     def pooling(self) -> str:
@@ -110,7 +156,7 @@ class GenerativeEmbedder(SettingsHolder, EncodingMethods, Persistence):
     @property
     def generation_weights(self) -> str:
         """The weights :meth:`generate`, :meth:`rerank` and RAG answers run on, in words (see
-        :attr:`generation_adapter`), e.g. ``"SmolLM2-135M-Instruct + adapter smollm2-135m-gircse"``."""
+        :attr:`generation_adapter`), e.g. ``"SmolLM2-135M-Instruct + adapter smollm2-135m-joint"``."""
         from .generation.adapters import generation_weights_label
 
         return generation_weights_label(self)
@@ -129,104 +175,23 @@ class GenerativeEmbedder(SettingsHolder, EncodingMethods, Persistence):
         self.backbone.model.to(resolve_device(device))
         return self
 
-    def generate(
-        self,
-        messages_or_prompt: str | list[dict],
-        *,
-        stream: bool = False,
-        sampling: SamplingOptions | None = None,
-        **options: Unpack[SamplingKwargs],
-    ) -> str | Iterator[str]:
-        """Chat with the weights :attr:`generation_weights` names (a jointly trained adapter generates with
-        the weights that embed; with an embedding-only adapter the raw backbone's weights reply): the
-        backbone's chat template (GritLM's format when the model's ``prompt_format`` is ``"gritlm"``),
-        causal attention.
+    # the collaborators: they hold no model (each method takes the model it works for), so the copy
+    # with_settings makes shares them; a subclass or an instance may hold others
+    _encoding = Encoding()
+    _generation = Generation()
+    _persistence = Persistence()
 
-        Args:
-            messages_or_prompt: a user prompt, or a conversation ``[{"role": "user", "content": ...}, ...]``.
-            stream: return an iterator of text pieces instead of the whole reply.
-            sampling: how the reply is decoded (:class:`~genembed.generation.sampling.SamplingOptions`, the
-                one decoding configuration; None: its defaults), changed by these keywords:
-            max_new_tokens: the most tokens to generate.
-            temperature: 0 (default) decodes greedily and deterministically.
-            top_p: nucleus sampling threshold (with ``temperature > 0``).
-            seed: seed for reproducible sampling.
-            repetition_penalty, no_repeat_ngram_size, frequency_penalty, presence_penalty: against
-                repetition (the defaults keep greedy replies from looping; 1.0, 0, 0, 0 turn them off).
-            stop: strings that end the reply; it is cut before the first one.
-
-        Returns:
-            The reply, or (``stream=True``) an iterator of pieces that join to it.
-
-        Raises:
-            TypeError / ValueError: malformed messages (the message names the index and field) or settings.
-
-        Warns:
-            BaseWeightsWarning: the reply comes from the raw backbone's weights while an adapter is loaded
-                (an embedding-only adapter): the shipped default generates with its own adapter, or name a
-                generation adapter (``genembed.load(generation_adapter=FOLDER)``). :attr:`generation_weights`
-                names the weights that generate.
-        """
-        from .generation.adapters import BaseWeightsWarning, base_weights_note
-        from .generation.chat import generate_pieces
-
-        note = base_weights_note(self)
-        if note is not None:
-            warnings.warn(note.removeprefix("note: "), BaseWeightsWarning, stacklevel=2)
-
-        pieces = generate_pieces(
-            self.backbone,
-            messages_or_prompt,
-            sampling=sampling,
-            use_adapter=self.generation_adapter,
-            prompt_format=self.prompt_format,
-            **options,
-        )
-        return pieces if stream else "".join(pieces)
-
-    def rerank(self, query: str, documents: list[str], **options: Unpack[RerankOptions]) -> list[RerankResult]:
-        """Order documents by relevance to the query, judged generatively by this model.
-
-        Two scorings (:mod:`genembed.generation.rerank`). The default, ``"query_likelihood"`` (UPR): the
-        mean log-probability of the query's tokens when the model is asked to write a query for the
-        document. ``"yes_no"``: ``log P("Yes") - log P("No")`` at the answer to "Is the document
-        relevant to the query?" (log-softmax over those two tokens). On scifact-dev with the bundled
-        135M model, query likelihood lifted nDCG@10 of the top 10 from 22.3 to 31.3 while yes/no
-        lowered it to 14.3 (docs/grit.md); yes/no needs a larger model.
-
-        A model whose ``prompt_format`` is ``"gritlm"`` asks with the GRIT authors' prompt (``yes_no``) or in
-        GritLM's chat turn (``query_likelihood``); see :mod:`genembed.generation.grit_rerank`.
-
-        The options after ``documents`` are keyword-only (:class:`~genembed.generation.rerank.RerankOptions`).
-
-        Args:
-            query: the query.
-            documents: candidate documents.
-            top_n: return only the best ``top_n`` (default: all).
-            instruction: task description opening the prompt, e.g. "Given a scientific claim, retrieve
-                documents that support or refute the claim." (default: a generic relevance instruction).
-            batch_size: documents per forward pass (default 8).
-            max_length: document tokens kept (default ``DEFAULT_MAX_LENGTH``, 512): a longer document is cut
-                from its end and scored on what is left, as Cohere's and Jina's rerank APIs do; none is
-                refused. The query is cut to its first 256 tokens.
-            scoring: ``"query_likelihood"`` (default) or ``"yes_no"`` (above).
-
-        Returns:
-            :class:`~genembed.generation.rerank.RerankResult` ``(index, score, document, probability)``
-            items, best first; ``probability`` is in [0, 1]: ``P("Yes") / (P("Yes") + P("No"))`` for
-            ``yes_no``, the posterior that the query was written for this document among the
-            candidates (summing to 1 over them) for ``query_likelihood``.
-        """
-        from .generation.rerank import rerank
-
-        return rerank(
-            self.backbone,
-            query,
-            documents,
-            use_adapter=self.generation_adapter,
-            prompt_format=self.prompt_format,
-            **options,
-        )
+    encode = delegate(Encoding.encode, "_encoding")
+    encode_query = delegate(Encoding.encode_query, "_encoding")
+    encode_document = delegate(Encoding.encode_document, "_encoding")
+    embed_settings = delegate(Encoding.embed_settings, "_encoding")
+    get_sentence_embedding_dimension = delegate(Encoding.get_sentence_embedding_dimension, "_encoding")
+    similarity = delegate(Encoding.similarity, "_encoding")
+    similarity_pairwise = delegate(Encoding.similarity_pairwise, "_encoding")
+    inspect = delegate(Encoding.inspect, "_encoding")
+    generate = delegate(Generation.generate, "_generation")
+    rerank = delegate(Generation.rerank, "_generation")
+    save = delegate(Persistence.save, "_persistence")
 
     def search(
         self,
@@ -250,3 +215,24 @@ class GenerativeEmbedder(SettingsHolder, EncodingMethods, Persistence):
     def __repr__(self) -> str:
         centered = ", center=True" if self.center else ""
         return f"GenerativeEmbedder({self.name!r}, dim={self.dim}, device={self.device}{centered})"
+
+
+def _setting(name: str) -> property:
+    """``model.<name>``: a field of ``model.settings``; assigning it is the former way to change it (deprecated)."""
+
+    def get(self: GenerativeEmbedder) -> Any:
+        return getattr(self.settings, name)
+
+    def set_(self: GenerativeEmbedder, value: Any) -> None:
+        warnings.warn(
+            f"model.{name} = ... is deprecated: use model.with_settings({name}=...) or assign model.settings",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        self.settings = self.settings.replace(**{name: value})
+
+    return property(get, set_, doc=f"``settings.{name}`` (:class:`~genembed.encoders.model_settings.ModelSettings`).")
+
+
+for _name in ModelSettings.fields_in("encode") + ModelSettings.fields_in(None):
+    setattr(GenerativeEmbedder, _name, _setting(_name))

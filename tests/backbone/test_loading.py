@@ -52,7 +52,7 @@ def test_bad_dtype():
 
 
 def test_missing_adapter_folder(tmp_path, tiny, monkeypatch):
-    from genembed.models.adapters import attach_adapter
+    from genembed.models.assemble import attach_adapter
 
     with pytest.raises(MissingModelError, match="adapter_config.json"):
         attach_adapter(tiny, tmp_path)
@@ -82,6 +82,7 @@ def test_hf_folder_round_trip(tmp_path, tiny):
 def test_the_shipped_adapter_is_the_default_of_the_default_model_only(tmp_path, tiny, monkeypatch):
     from peft import LoraConfig, get_peft_model
 
+    import genembed.models.adapters as adapters
     import genembed.models.load as loading
     from genembed.cli._common import load_model
 
@@ -89,14 +90,15 @@ def test_the_shipped_adapter_is_the_default_of_the_default_model_only(tmp_path, 
     tiny.model.save_pretrained(folder)
     tiny.tokenizer.save_pretrained(folder)
     lora = get_peft_model(copy.deepcopy(tiny.model), LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj"]))
+    generator = torch.Generator().manual_seed(0)  # not the global RNG: the earlier tests must not decide the adapter
     with torch.no_grad():
         for name, p in lora.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0.0, 0.5)
+            if "lora_" in name:  # A and B (peft draws A from the global RNG)
+                p.copy_(torch.randn(p.shape, generator=generator) * (0.5 if "lora_B" in name else 0.2))
     lora.save_pretrained(adapter)
     real = loading.load_backbone
     monkeypatch.setattr(loading, "load_backbone", lambda model, **kw: real(model or folder, **kw))  # tiny as default
-    monkeypatch.setattr(loading, "default_adapter", lambda: adapter)
+    monkeypatch.setattr(adapters, "default_adapter", lambda: adapter)
 
     default, raw, other = genembed.load(), genembed.load(adapter=False), genembed.load(folder)
     assert (default.adapter, raw.adapter, other.adapter) == ("shipped", None, None)
@@ -164,7 +166,7 @@ def test_a_damaged_adapter_names_its_file(tmp_path, tiny, file, how, match):
     from peft import LoraConfig, get_peft_model
 
     from genembed._files import DamagedFileError
-    from genembed.models.adapters import attach_adapter
+    from genembed.models.assemble import attach_adapter
     from genembed.training.lora import continue_lora
 
     adapter = tmp_path / "adapter"

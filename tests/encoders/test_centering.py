@@ -116,8 +116,9 @@ def test_load_centers_with_the_shipped_adapter_and_adapters_that_store_centers(t
     from genembed.models import load as loading
 
     monkeypatch.setattr(loading, "load_backbone", lambda *a, **k: tiny)
-    monkeypatch.setattr(assemble, "attach_adapter", lambda backbone, path: None)
-    monkeypatch.setattr(loading, "default_adapter", lambda: adapters.DEFAULT_ADAPTER)
+    monkeypatch.setattr(assemble, "attach_adapter", lambda backbone, path, **kw: None)
+    monkeypatch.setattr(adapters, "adapter_folder", lambda path, what=None: path)  # folders without an adapter
+    monkeypatch.setattr(adapters, "default_adapter", lambda: adapters.DEFAULT_ADAPTER)
     assert genembed.load().center is True
     assert genembed.load(adapter=adapters.DEFAULT_ADAPTER).center is True
     assert genembed.load(center=False).center is False

@@ -39,20 +39,27 @@ def test_read_trained_for_from_small_saved_configs(tmp_path):
         read_trained_for(tmp_path / "bad")
 
 
-def test_the_shipped_adapter_was_trained_for_gircse_and_generation_and_joint_is_its_alias(caplog):
-    import logging
-
-    from genembed.models.adapters import SHIPPED_ADAPTERS, resolve_adapter, shipped_adapter, shipped_folders
+def test_the_shipped_adapter_was_trained_for_gircse_and_generation_and_answers_to_its_former_names():
+    from genembed.models.adapters import (
+        SHIPPED_ADAPTERS,
+        current_name,
+        resolve_adapter,
+        shipped_adapter,
+        shipped_folders,
+    )
 
     trained = read_trained_for(DEFAULT_ADAPTER)
     assert (trained.method, trained.attention, trained.generation) == ("gircse", "causal", True)
     assert trained.encode_problem("gircse", "causal") is None
-    assert shipped_adapter("joint") == shipped_adapter("gircse") == DEFAULT_ADAPTER
-    assert shipped_folders() == [DEFAULT_ADAPTER] and set(SHIPPED_ADAPTERS) == {"gircse", "joint"}
-    with caplog.at_level(logging.INFO, logger="genembed.models.adapters"):
-        assert resolve_adapter("gircse") == DEFAULT_ADAPTER and not caplog.records  # the default: no note
-        assert resolve_adapter("joint") == DEFAULT_ADAPTER
-    assert 'the "joint" adapter is now the default adapter' in caplog.text
+    assert DEFAULT_ADAPTER.name == "smollm2-135m-joint"  # the joint (GRIT + GIRCSE) adapter, named for it
+    names = {"joint", "gircse", "smollm2-135m-joint", "smollm2-135m-gircse"}
+    assert set(SHIPPED_ADAPTERS) == names and shipped_folders() == [DEFAULT_ADAPTER]
+    for name in names:
+        assert shipped_adapter(name) == resolve_adapter(name) == DEFAULT_ADAPTER, name
+    # what was recorded under the former folder name (an index's model, its KV states' adapter) is today's
+    assert current_name("SmolLM2-135M-Instruct+smollm2-135m-gircse") == "SmolLM2-135M-Instruct+smollm2-135m-joint"
+    assert current_name("smollm2-135m-gircse@sha256:955aa9ff") == "smollm2-135m-joint@sha256:955aa9ff"
+    assert current_name("tiny+my-lora") == "tiny+my-lora" and current_name("none") == "none"
     assert "trained for method='gircse' with causal attention only" in trained.encode_problem("grit", "bidirectional")
 
 

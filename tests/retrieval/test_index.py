@@ -269,6 +269,19 @@ def test_index_belongs_to_its_model(built):
         FaissStore.load(built).encode_queries(other, ["x"])
 
 
+def test_an_index_built_under_the_shipped_adapters_former_name_opens_with_it_renamed(tiny_model, docs_file, tmp_path):
+    import copy
+
+    tiny_model.adapter = "smollm2-135m-gircse"  # the shipped adapter's folder before it was named for what it is
+    index = _build(tiny_model, [docs_file], tmp_path / "idx")
+    renamed = copy.copy(tiny_model)
+    renamed.adapter = "smollm2-135m-joint"
+    np.testing.assert_array_equal(index.encode_queries(renamed, ["x"]), index.encode_queries(tiny_model, ["x"]))
+    renamed.adapter = "my-lora"
+    with pytest.raises(ValueError, match=r"was built with model 'tiny-llama-0\+smollm2-135m-gircse'"):
+        index.encode_queries(renamed, ["x"])
+
+
 def test_kv_store_reads_lengths_from_the_header(tiny_model, docs_file, tmp_path):
     index = _build(tiny_model, [docs_file], tmp_path / "idx", store_kv=True)
     assert [index.kv_store.tokens(r) for r in range(len(index))] == [index.kv(r)[0].shape[2] for r in range(len(index))]

@@ -309,6 +309,18 @@ def test_states_of_other_generation_weights_are_refused(tiny_model, docs_file, m
         build_context(tiny_model, index, query, sources, mode="doc", prompt=RagPrompt(system="Be brief."))
 
 
+def test_states_recorded_under_the_shipped_adapters_former_name_are_its_own(tiny_model):
+    from genembed.retrieval.kv_source import check_kv_source
+
+    tiny_model.adapter, tiny_model.generation_adapter = "smollm2-135m-joint", "adapter"
+    prompt = RagPrompt()
+    stored = {"backbone": "tiny-llama-0", "adapter": "smollm2-135m-gircse", "attention": "causal"}
+    stored["prompt"] = prompt.to_dict()
+    check_kv_source(stored, tiny_model, prompt, index="idx")  # the folder's name before it was renamed: accepted
+    with pytest.raises(KVSourceError, match="stores KV states of tiny-llama-0 \\+ adapter my-lora"):
+        check_kv_source(stored | {"adapter": "my-lora"}, tiny_model, prompt, index="idx")
+
+
 def test_an_index_without_a_record_of_its_states_is_refused(tiny_model, docs_file, tmp_path):
     index = _index(tiny_model, docs_file, tmp_path, "grit")
     manifest = json.loads((index.path / MANIFEST).read_text())

@@ -79,7 +79,7 @@ def test_the_default_model_answers_from_the_passage_in_every_doc_first_mode(defa
     index = build_index(
         default_model, [tmp_path / "docs.jsonl"], tmp_path / "idx", store_kv=True, show_progress_bar=False
     )
-    assert index.kv_source["adapter"].startswith("smollm2-135m-gircse@sha256:")
+    assert index.kv_source["adapter"].startswith("smollm2-135m-joint@sha256:")
     assert index.kv_source["pass"] == "generation"
     for mode in ("none", "query", "doc", "docquery"):
         answer = ask(

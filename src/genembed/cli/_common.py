@@ -34,12 +34,12 @@ ModelOpt = Annotated[
     ),
 ]
 _ADAPTER_HELP = (
-    "LoRA adapter folder, shipped adapter name (gircse, the default; joint, its alias) or hub id; "
+    "LoRA adapter folder, shipped adapter name (joint, the default; gircse, its former name) or hub id; "
     "'none': the raw backbone"
 )
 
 
-def adapter_option(default: str = "gircse") -> Any:
+def adapter_option(default: str = "joint") -> Any:
     """``--adapter``/``-a`` whose help states the command's real default."""
     return typer.Option("--adapter", "-a", help=f"{_ADAPTER_HELP} (default: {default})")
 

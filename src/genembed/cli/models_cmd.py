@@ -61,6 +61,7 @@ def _bundled() -> dict[str, Any]:
     from genembed.backbone.default_model import DEFAULT_MODEL_NAME, MissingModelError, default_gguf_path
     from genembed.backbone.memory import BYTES_PER_PARAM
     from genembed.encoders.settings import EmbedSettings
+    from genembed.models.adapters import DEFAULT_ADAPTER
 
     defaults = EmbedSettings()
 
@@ -75,7 +76,7 @@ def _bundled() -> dict[str, Any]:
         params, dim = 0, None
     return {
         "id": f"{DEFAULT_MODEL_NAME} (default)",
-        "summary": "bundled, offline; the shipped adapter (GIRCSE embeddings, chat)",
+        "summary": f"bundled, offline; the shipped adapter {DEFAULT_ADAPTER.name} (joint: GIRCSE embeddings, chat)",
         "method": defaults.method,
         "steps": defaults.steps,
         "params": params,

@@ -72,7 +72,8 @@ def split_overrides(overrides: Mapping[str, Any], **keywords: Any) -> tuple[dict
     changes = {}
     for name, value in overrides.items():
         if name in _FORMER:
-            warnings.warn(f"encode({name}=...) is deprecated: use {_FORMER[name]}=", DeprecationWarning, stacklevel=3)
+            # stacklevel: this function, Encoding.encode, the model's encode (genembed._delegate), the caller
+            warnings.warn(f"encode({name}=...) is deprecated: use {_FORMER[name]}=", DeprecationWarning, stacklevel=4)
             name = _FORMER[name]
         if name in INPUTS:
             keywords[name] = value

@@ -14,11 +14,10 @@ settings in its manifest (:meth:`EmbedSettings.to_dict`).
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any
 
 from .defaults import DEFAULT_MAX_LENGTH
 from .instructions import check_prompts, default_prompts
@@ -27,7 +26,7 @@ from .output import OutputPipeline
 from .settings import EmbedSettings, fields_for, override_fields
 from .similarity import check_similarity_fn
 
-__all__ = ["ModelSettings", "SettingsHolder"]
+__all__ = ["ModelSettings"]
 
 _ENCODE = "encode"  # the genembed.json section a field is stored in (None: the top level)
 
@@ -103,71 +102,39 @@ class ModelSettings:
         return out | {name: getattr(self, name) for name in self.fields_in(None)}
 
     @classmethod
+    def resolve(
+        cls,
+        given: Mapping[str, Any],
+        *,
+        own: Mapping[str, Any] | None = None,
+        saved: dict[str, Any] | None = None,
+        trained: Mapping[str, Any] | None = None,
+        center: bool = False,
+    ) -> ModelSettings:
+        """The settings a loaded model gets (:func:`genembed.load`): the one rule, each layer changing the one
+        before (:func:`~genembed.encoders.settings.override_fields`: None keeps; another method brings its
+        own attention and prompt format).
+
+        Args:
+            given: the caller's (``load``'s keywords; None: not given).
+            own: a published checkpoint's (its authors' method, K, prompts, ...), under everything else.
+            saved: a saved model's ``genembed.json`` (:meth:`to_dict`'s layout), checked here.
+            trained: what the adapter was trained with (its own ``genembed.json``, centring left out); its
+                named instructions and similarity replace the ones below.
+            center: centring, decided apart (:func:`genembed.models.assemble.centering`).
+        """
+        layers = dict(own or {})
+        if saved is not None:
+            kept = cls.from_dict(saved)
+            layers = {name: getattr(kept, name) for name in cls.fields_in(None) + cls.fields_in(_ENCODE)}
+        top = {name: value for name, value in (trained or {}).items() if name in cls.fields_in(None)}
+        encode = {name: value for name, value in (trained or {}).items() if name not in top}
+        fields = override_fields(override_fields(layers, encode), given) | top
+        return cls(**(fields | {"center": center}))
+
+    @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelSettings:
         """Settings from :meth:`to_dict` (a field not there takes its default; other keys are ignored)."""
         encode = data.get(_ENCODE) or {}
         values = {name: encode[name] for name in cls.fields_in(_ENCODE) if name in encode}
         return cls(**values, **{name: data[name] for name in cls.fields_in(None) if name in data})
-
-
-class SettingsHolder:
-    """What holds one :class:`ModelSettings` (:class:`genembed.GenerativeEmbedder`): ``settings``,
-    ``with_settings``, ``check_settings`` and each field readable by name (``model.method``); assigning a
-    field by name is the former way to change it (deprecated). Needs ``embed_settings``."""
-
-    _settings: ModelSettings
-
-    @property
-    def settings(self) -> ModelSettings:
-        """What decides the vectors (see the class docstring); assigning it replaces them all."""
-        return self._settings
-
-    @settings.setter
-    def settings(self, value: ModelSettings) -> None:
-        if not isinstance(value, ModelSettings):
-            raise TypeError(f"settings must be a ModelSettings, got {type(value).__name__}")
-        self._settings = value
-
-    def with_settings(self, **changes: Any) -> Self:
-        """This model with ``changes`` to its :attr:`settings` (checked), as a new object over the same
-        loaded weights: ``model.with_settings(method="mean", steps=3)``.
-
-        Raises:
-            ValueError / TypeError: a bad setting (the message names it); nothing changes.
-        """
-        changed = copy.copy(self)
-        changed.settings = self._settings.replace(**changes)
-        return changed
-
-    def check_settings(self) -> EmbedSettings:
-        """Check the settings again (the named instructions may have been changed in place,
-        ``model.prompts["query"] = ...``); return the :class:`~genembed.encoders.settings.EmbedSettings`
-        they give. :meth:`save` calls it before writing anything.
-
-        Raises:
-            ValueError: a bad setting (the message names it and, for a name, the valid choices).
-            TypeError: ``prompts`` is not a dict of strings to strings or None.
-        """
-        self._settings = self._settings.replace()
-        return self.embed_settings()
-
-
-def _setting(name: str) -> property:
-    """``model.<name>``: a field of ``model.settings``; assigning it is the former way to change it (deprecated)."""
-
-    def get(self: SettingsHolder) -> Any:
-        return getattr(self._settings, name)
-
-    def set_(self: SettingsHolder, value: Any) -> None:
-        warnings.warn(
-            f"model.{name} = ... is deprecated: use model.with_settings({name}=...) or assign model.settings",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        self._settings = self._settings.replace(**{name: value})
-
-    return property(get, set_, doc=f"``settings.{name}`` (:class:`~genembed.encoders.model_settings.ModelSettings`).")
-
-
-for _name in ModelSettings.fields_in("encode") + ModelSettings.fields_in(None):
-    setattr(SettingsHolder, _name, _setting(_name))

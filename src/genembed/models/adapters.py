@@ -1,25 +1,30 @@
-"""LoRA adapters for :func:`genembed.load`: the shipped ones by name, an adapter argument resolved to a
-folder (local, shipped or from the hub), checked and attached with peft, and what ``load``'s
-``generation_adapter`` argument asks for."""
+"""LoRA adapters for :func:`genembed.load`: the shipped ones by name, and the adapters one load attaches
+(:func:`choose_adapters`: the embedding adapter and a generation adapter, resolved to checked folders, local,
+shipped or from the hub, before the backbone loads). :mod:`genembed.models.assemble` attaches them."""
 
 from __future__ import annotations
 
-import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from .._peft import quiet_peft
 from ..backbone.default_model import MissingModelError
 from ..backbone.hub import hub_cache_dir, hub_snapshot, looks_like_path
 from .trained_for import read_trained_for
 
+if TYPE_CHECKING:
+    from .source import ModelSource
+
 __all__ = [
     "DEFAULT_ADAPTER",
+    "FORMER_NAMES",
     "SHIPPED_ADAPTERS",
+    "ChosenAdapters",
     "adapter_folder",
     "adapter_name",
-    "attach_adapter",
+    "choose_adapters",
+    "current_name",
     "default_adapter",
     "is_shipped",
     "resolve_adapter",
@@ -29,20 +34,18 @@ __all__ = [
     "trained_for_generation",
 ]
 
-logger = logging.getLogger(__name__)
-
 _ADAPTERS = Path(__file__).parent.parent / "adapters"
-# the LoRA adapter trained for the bundled backbone (`make default-adapter`, MODEL_CARD.md): it embeds
-# (GIRCSE), and, trained with a next-token loss too (configs/joint-stage-3.yaml), generates, reranks and
-# hands its KV states to the generator
-DEFAULT_ADAPTER = _ADAPTERS / "smollm2-135m-gircse"
-# adapters shipped for the bundled backbone, by the name `load(adapter=NAME)` and `--adapter NAME` take;
-# "joint" is an alias of the default since the default generates too (_NOTES says so when it is used)
-SHIPPED_ADAPTERS = {"gircse": DEFAULT_ADAPTER, "joint": DEFAULT_ADAPTER}
-_NOTES = {
-    "joint": 'the "joint" adapter is now the default adapter ("gircse"), which embeds and generates with one '
-    'set of weights; load it with adapter=None or adapter="gircse"',
-}
+# the LoRA adapter trained for the bundled backbone (`make default-adapter`, MODEL_CARD.md), jointly (GRIT +
+# GIRCSE): it embeds (GIRCSE), and, trained with a next-token loss too (configs/joint-stage-3.yaml),
+# generates, reranks and hands its KV states to the generator
+DEFAULT_ADAPTER = _ADAPTERS / "smollm2-135m-joint"
+# the names shipped adapters' folders had before (former: today's), so that what a model recorded under one
+# (an index's model name, the adapter its stored KV states came from) still matches the model today
+FORMER_NAMES = {"smollm2-135m-gircse": DEFAULT_ADAPTER.name}
+# adapters shipped for the bundled backbone, by the name `load(adapter=NAME)` and `--adapter NAME` take: the
+# default is "joint"; "gircse" (its name before it generated too) and the folder's names are aliases
+SHIPPED_ADAPTERS = {"joint": DEFAULT_ADAPTER, "gircse": DEFAULT_ADAPTER, DEFAULT_ADAPTER.name: DEFAULT_ADAPTER}
+SHIPPED_ADAPTERS |= {former: _ADAPTERS / name for former, name in FORMER_NAMES.items()}
 
 
 def default_adapter() -> Path | None:
@@ -62,6 +65,14 @@ def is_shipped(folder: Path) -> bool:
     return folder.resolve() in {shipped.resolve() for shipped in SHIPPED_ADAPTERS.values()}
 
 
+def current_name(recorded: str) -> str:
+    """``recorded`` (a model name ``"backbone+adapter"``, an adapter name, or ``"adapter@sha256:..."``) with a
+    shipped adapter's former name (:data:`FORMER_NAMES`) replaced by today's; anything else unchanged."""
+    head, plus, adapter = recorded.rpartition("+")
+    name, at, digest = adapter.partition("@")
+    return head + plus + FORMER_NAMES.get(name, name) + at + digest
+
+
 def shipped_folders() -> list[Path]:
     """Each folder :data:`SHIPPED_ADAPTERS` names, once (an alias names a folder another name names)."""
     return list(dict.fromkeys(SHIPPED_ADAPTERS.values()))
@@ -74,8 +85,6 @@ def resolve_adapter(adapter: str | os.PathLike, local_files_only: bool = False) 
     if path.exists() or not isinstance(adapter, str):
         return path
     if adapter in SHIPPED_ADAPTERS:
-        if adapter in _NOTES:
-            logger.info(_NOTES[adapter])
         folder = shipped_adapter(adapter)
         if folder is None:
             raise MissingModelError(f"this install does not ship the {adapter!r} adapter ({SHIPPED_ADAPTERS[adapter]})")
@@ -147,10 +156,52 @@ def adapter_folder(path: str | os.PathLike, what: str = "adapter folder") -> Pat
     return folder
 
 
-def attach_adapter(backbone: Any, adapter_path: Path) -> None:
-    """Wrap the backbone's model with a saved LoRA adapter (peft), in eval mode."""
-    from peft import PeftModel
+@dataclass(frozen=True)
+class ChosenAdapters:
+    """The adapters one :func:`genembed.load` attaches (:func:`choose_adapters`), as checked folders."""
 
-    folder = adapter_folder(adapter_path)
-    with quiet_peft():
-        backbone.model = PeftModel.from_pretrained(backbone.model, str(folder)).eval()
+    path: Path | None = None  # the embedding adapter (None: none)
+    name: str | None = None  # what the model calls it (model.adapter)
+    shipped: bool = False  # one of the adapters shipped with genembed
+    generator: Path | None = None  # a generation adapter attached beside it (None: none)
+    generator_name: str | None = None  # what the model calls that one (None: its folder's name)
+    generates: str | bool | None = None  # the weights the caller asked to generate with (None: not said)
+
+
+def choose_adapters(
+    source: ModelSource,
+    adapter: str | os.PathLike | bool | None,
+    generation_adapter: str | os.PathLike | bool | None,
+    local_files_only: bool = False,
+) -> ChosenAdapters:
+    """The adapters a load of ``source`` attaches, before the backbone loads: ``load``'s ``adapter`` (None:
+    a saved model's, a published or adapter repo's own, the shipped default for the bundled backbone, else
+    none; False: none) and ``generation_adapter`` (:func:`resolve_generator`; a saved model's own
+    ``generation/`` adapter when the caller says nothing). Each folder is checked (:func:`adapter_folder`),
+    so a missing or damaged adapter fails before any weights load. A saved model's adapters are named here
+    by their folders; :func:`genembed.load` names them as its ``genembed.json`` does.
+
+    Raises:
+        MissingModelError / DamagedFileError: an adapter folder holds no readable LoRA adapter.
+    """
+    from ..generation.adapters import GENERATION_ADAPTER
+
+    generator, generates = resolve_generator(generation_adapter, local_files_only)
+    own: Path | None = None  # the source's own adapter
+    if source.kind == "saved" or source.own_adapter:
+        assert source.folder is not None
+        if (source.folder / "adapter_config.json").is_file():
+            own = source.folder
+        saved_generator = source.folder / GENERATION_ADAPTER
+        asked = generator is not None or generates is not None
+        if source.kind == "saved" and not asked and (saved_generator / "adapter_config.json").is_file():
+            generator = adapter_folder(saved_generator, "generation adapter folder")
+    elif adapter is None and source.kind == "bundled":
+        adapter = default_adapter()
+    if adapter is None and own is not None:
+        name = source.name if source.own_adapter and source.name else own.name
+        return ChosenAdapters(adapter_folder(own), name, is_shipped(own), generator, None, generates)
+    if adapter is None or adapter is False:
+        return ChosenAdapters(None, None, False, generator, None, generates)
+    path = adapter_folder(resolve_adapter(adapter, local_files_only))
+    return ChosenAdapters(path, adapter_name(adapter, path), is_shipped(path), generator, None, generates)

@@ -10,14 +10,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .._peft import quiet_peft
 from ..backbone.loading import Backbone
-from ..encoders.centering import load_centers
+from ..encoders.centering import calibration_digest, load_centers
+from ..encoders.model_settings import ModelSettings
+from ..generation.adapters import attach_generation_adapter
 from ..generation.weights import choose_weights
 from ..model import GenerativeEmbedder
-from .adapters import attach_adapter
+from .adapters import ChosenAdapters, adapter_folder
 from .trained_for import read_trained_for
 
-__all__ = ["assemble", "centering"]
+__all__ = ["assemble", "attach_adapter", "centering"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,61 +48,88 @@ def centering(asked: bool | None, *, saved: bool | None, published: bool, stored
 
 def assemble(
     backbone: Backbone,
+    given: Mapping[str, Any] | None = None,
     *,
-    adapter: Path | None = None,
-    adapter_name: str | None = None,
-    settings: Mapping[str, Any] | None = None,
+    adapters: ChosenAdapters | None = None,
+    own: Mapping[str, Any] | None = None,
+    saved: dict[str, Any] | None = None,
+    trained: Mapping[str, Any] | None = None,
     centers: Path | None = None,
     center: bool | None = None,
-    saved_center: bool | None = None,
     published: bool = False,
-    shipped: bool = False,
-    generator: Path | None = None,
-    generator_name: str | None = None,
-    generates: str | bool | None = None,
     saved_generates: str | bool | None = None,
     where: str | None = None,
 ) -> GenerativeEmbedder:
-    """Put a model together.
+    """Put a model together, each part once and in this order: the adapters attached (peft), the centers
+    stored beside the weights (:mod:`genembed.encoders.centering`), centring decided (:func:`centering`), what
+    the adapter was trained for (:mod:`genembed.models.trained_for`), the settings
+    (:meth:`~genembed.encoders.model_settings.ModelSettings.resolve`), a generation adapter attached beside
+    the embedding one, the weights that generate (:func:`~genembed.generation.weights.choose_weights`), and
+    the model (:class:`~genembed.model.GenerativeEmbedder`).
 
     Args:
         backbone: the loaded backbone (no adapter attached yet).
-        adapter: the embedding LoRA adapter's folder, attached here (None: none).
-        adapter_name: what the model calls it (``model.adapter``).
-        settings: the model's settings (``GenerativeEmbedder`` keywords: method, steps, attention,
-            prompt_format, tau, max_length, truncate_dim, prompts, ...), already merged with the caller's.
+        given: the settings the caller gave (``load``'s keywords; None: not given).
+        adapters: the adapters to attach (:func:`~genembed.models.adapters.choose_adapters`; None: none).
+        own, saved, trained: the settings of a published checkpoint, a saved model's ``genembed.json`` and the
+            adapter's own (:meth:`~genembed.encoders.model_settings.ModelSettings.resolve`).
         centers: the folder whose ``centers.safetensors`` belong to the weights embedded with (the
             adapter's, or a saved model's); None: none.
-        center, saved_center, published, shipped: :func:`centering`'s inputs (``stored`` is how many
-            centers ``centers`` held).
-        generator: a generation adapter's folder, attached beside the embedding one (None: none), and
-            ``generator_name`` what the model calls it.
-        generates, saved_generates: the weights that generate (``model.generation_adapter``) as the caller
-            asked and as a saved model was saved (None: not said), decided with the generation adapter and
-            the embedding adapter's training by :func:`~genembed.generation.weights.choose_weights`.
+        center, published: :func:`centering`'s ``asked`` and ``published`` (a saved model's centring is in
+            ``saved``; ``stored`` is how many centers ``centers`` held, ``shipped`` whether the adapter is).
+        saved_generates: the weights that generate as a saved model was saved (None: not said), decided with
+            the caller's, the generation adapter and the embedding adapter's training by
+            :func:`~genembed.generation.weights.choose_weights`.
         where: what to name in a settings error (a saved model's ``genembed.json``).
 
     Raises:
         ValueError: a bad setting (prefixed with ``where``).
     """
-    if adapter is not None:
-        attach_adapter(backbone, adapter)
+    adapters = adapters or ChosenAdapters()
+    if adapters.path is not None:
+        attach_adapter(backbone, adapters.path, checked=True)
     stored = load_centers(backbone, centers) if centers is not None else 0
-    on = centering(center, saved=saved_center, published=published, stored=stored, shipped=shipped)
+    digest = saved.get("calibration_sha256") if saved is not None else None
+    stale = bool(digest) and digest != calibration_digest()
+    saved_center = saved["encode"].get("center") if saved is not None else None
+    on = centering(center, saved=saved_center, published=published, stored=stored, shipped=adapters.shipped)
+    if on and stale:
+        logger.warning(
+            "%s was saved with other calibration texts than this genembed's: centered embeddings will differ", where
+        )
+    trained_for = read_trained_for(adapters.path) if adapters.path is not None else None
     try:
-        model = GenerativeEmbedder(backbone, adapter=adapter_name, center=on, **dict(settings or {}))
+        settings = ModelSettings.resolve(given or {}, own=own, saved=saved, trained=trained, center=on)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{where}: {exc}" if where else str(exc)) from exc
-    model.adapter_path = str(adapter.resolve()) if adapter is not None else None
-    model.trained_for = read_trained_for(adapter) if adapter is not None else None
+    generator = adapters.generator
     if generator is not None:
-        from ..generation.adapters import attach_generation_adapter
-
         attach_generation_adapter(backbone, generator)
-        model.generation_adapter_name = generator_name or generator.resolve().name
-        model.generation_adapter_path = str(generator.resolve())
-    joint = bool(model.trained_for and model.trained_for.generation)
-    model.generation_adapter = choose_weights(
-        generates, saved=saved_generates, generator=generator is not None, joint=joint
+    joint = bool(trained_for and trained_for.generation)
+    generates = choose_weights(adapters.generates, saved=saved_generates, generator=generator is not None, joint=joint)
+    return GenerativeEmbedder(
+        backbone,
+        adapter=adapters.name,
+        settings=settings,
+        adapter_path=str(adapters.path.resolve()) if adapters.path is not None else None,
+        trained_for=trained_for,
+        generation_adapter=generates,
+        generation_adapter_name=(adapters.generator_name or generator.resolve().name) if generator else None,
+        generation_adapter_path=str(generator.resolve()) if generator is not None else None,
     )
-    return model
+
+
+def attach_adapter(backbone: Any, adapter_path: Path, *, checked: bool = False) -> None:
+    """Wrap the backbone's model with the saved LoRA adapter in ``adapter_path`` (peft), in eval mode.
+
+    Raises:
+        MissingModelError / DamagedFileError: the folder holds no readable LoRA adapter (checked with
+            :func:`~genembed.models.adapters.adapter_folder` unless ``checked``: already, as
+            :func:`~genembed.models.adapters.choose_adapters` does).
+    """
+    from peft import PeftModel
+
+    if not checked:
+        adapter_folder(adapter_path)
+    with quiet_peft():
+        backbone.model = PeftModel.from_pretrained(backbone.model, str(adapter_path)).eval()

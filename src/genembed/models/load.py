@@ -5,25 +5,19 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..backbone.default_model import MissingModelError
 from ..backbone.loading import BUNDLED, load_backbone
 from ..encoders.methods import method_for_pooling
-from ..encoders.model_settings import ModelSettings
-from ..encoders.settings import check_given, override_fields
+from ..encoders.settings import check_given
 from ..model import GenerativeEmbedder
-from .adapters import (
-    adapter_name,
-    default_adapter,
-    is_shipped,
-    resolve_adapter,
-    resolve_generator,
-)
+from .adapters import ChosenAdapters, choose_adapters
 from .assemble import assemble
-from .save import BACKBONE_SUBFOLDER, SAVED_EXTRAS, SETTINGS_FILE, adapter_settings, calibration_digest, read_settings
-from .source import ModelSource, resolve_source
+from .save import BACKBONE_SUBFOLDER, SETTINGS_FILE, adapter_settings, read_settings
+from .source import resolve_source
 
 __all__ = ["load"]
 
@@ -70,12 +64,13 @@ def load(
             ``local_files_only`` or ``HF_HUB_OFFLINE=1``. (:mod:`genembed.models.source`.)
         adapter: a LoRA adapter folder (as written by ``genembed train``), the name of an adapter
             shipped for the bundled backbone (:data:`~genembed.models.adapters.SHIPPED_ADAPTERS`:
-            ``"gircse"``, the default, and ``"joint"``, its alias; a local folder of that name wins), or
+            ``"joint"``, the default, and its aliases ``"gircse"``, its former name, and the folder's names
+            ``"smollm2-135m-joint"`` and ``"smollm2-135m-gircse"``; a local folder of that name wins), or
             a hub id of an adapter (downloaded like a model). None: the shipped adapter when ``model`` is
             the bundled default, a saved model's own adapter, a published or adapter repo's own adapter,
             none for any other model. False: none (the raw backbone). An adapter trained with a next-token loss
-            too (see :func:`~genembed.models.adapters.trained_for_generation`; the shipped default,
-            and ``"joint"``, its alias) is used for generation as well (``model.generation_adapter ==
+            too (see :func:`~genembed.models.adapters.trained_for_generation`; the shipped default is
+            one) is used for generation as well (``model.generation_adapter ==
             "adapter"``); an embedding-only adapter only for embedding. What the adapter was trained for is
             read from its saved training config (``model.trained_for``,
             :mod:`genembed.models.trained_for`); ``encode`` warns when asked for another method or
@@ -139,111 +134,57 @@ def load(
     options = {"dtype": dtype, "device": device, "local_files_only": local_files_only}
     options |= {"device_map": device_map, "quantization": quantization}
     source = resolve_source(model, local_files_only, as_published)
-    generator, generates = resolve_generator(generation_adapter, local_files_only)
+    adapters = choose_adapters(source, adapter, generation_adapter, local_files_only)
     if source.kind == "saved":
         assert source.folder is not None
-        return _load_saved(source.folder, adapter, given, center, generator, generates, options)
+        return _load_saved(source.folder, adapters, given, center, options)
+    trained = adapter_settings(adapters.path)  # what the adapter was trained with (its genembed.json)
+    entry = source.entry
+    if entry is not None and given["method"] not in (None, entry.method) and given["prompt_format"] is None:
+        given["prompt_format"] = entry.prompt_format  # another method after the published prompt
     backbone = load_backbone(source.backbone, **options)
     if source.own_adapter and isinstance(source.backbone, str):
         backbone.name = source.backbone
-    elif source.kind == "local" and source.entry is not None:
-        backbone.name = source.entry.id  # a local copy of a published model runs (and reports) as it
-    path, name = _choose_adapter(source, adapter, local_files_only)
-    own: dict[str, Any] = {}  # genembed's defaults, unless the published table or the adapter say otherwise
-    entry = source.entry
-    if entry is not None:
-        own = {"method": entry.method, "attention": entry.attention, "prompt_format": entry.prompt_format}
-        own |= {"prompts": entry.prompts(), "tau": entry.tau} | ({"steps": entry.steps} if entry.steps else {})
-        own["max_length"] = entry.max_length
-        if given["method"] not in (None, entry.method) and given["prompt_format"] is None:
-            given["prompt_format"] = entry.prompt_format  # another method after the published prompt
-    own = override_fields(own, adapter_settings(path))  # what the adapter was trained with (its genembed.json)
+    elif source.kind == "local" and entry is not None:
+        backbone.name = entry.id  # a local copy of a published model runs (and reports) as it
     return assemble(
         backbone,
-        adapter=path,
-        adapter_name=name,
-        settings=override_fields(own, given),
-        centers=path,  # centers written beside the adapter (make centers, model.save) belong to it
+        given=given,
+        adapters=adapters,
+        own=source.settings,  # genembed's defaults, unless the published table says otherwise
+        trained=trained,
+        centers=adapters.path,  # centers written beside the adapter (make centers, model.save) belong to it
         center=center,
         published=entry is not None,
-        shipped=path is not None and is_shipped(path),
-        generator=generator,
-        generates=generates,
     )
-
-
-def _choose_adapter(source: ModelSource, adapter: Any, local_files_only: bool) -> tuple[Path | None, str | None]:
-    """The embedding adapter's folder and name for a model that is not a saved one."""
-    if adapter is None:
-        if source.own_adapter:
-            return source.folder, source.name
-        adapter = default_adapter() if source.kind == "bundled" else None
-    if adapter is None or adapter is False:
-        return None, None
-    path = resolve_adapter(adapter, local_files_only)
-    return path, adapter_name(adapter, path)
 
 
 def _load_saved(
-    folder: Path,
-    adapter: Any,
-    given: dict[str, Any],
-    center: bool | None,
-    generator: Path | None,
-    generates: bool | None,
-    options: dict[str, Any],
+    folder: Path, adapters: ChosenAdapters, given: dict[str, Any], center: bool | None, options: dict[str, Any]
 ) -> GenerativeEmbedder:
     """A folder written by ``model.save``: its backbone, adapter and settings, the caller's winning."""
-    from ..generation.adapters import GENERATION_ADAPTER
-
     settings = read_settings(folder)
-    where = folder / SETTINGS_FILE
-    backbone = _saved_backbone(folder, settings, options)
+    own = adapters.path is not None and adapters.path.resolve() == folder.resolve()
+    # another adapter's own settings (what it was trained with) come before the saved model's
+    trained = adapter_settings(adapters.path) if adapters.path is not None and not own else None
     saved_adapter = (folder / "adapter_config.json").is_file()
-    path, name = None, None
-    if adapter is None and saved_adapter:
-        path, name = folder, settings.get("adapter") or folder.name
-    elif adapter is not None and adapter is not False:
-        path = resolve_adapter(adapter, options["local_files_only"])
-        name = adapter_name(adapter, path)
-    own = path == folder
-    saved_weights = own or (path is None and not saved_adapter)  # the weights embedded with are the saved ones
-    saved_generator = folder / GENERATION_ADAPTER
-    generator_name = None
-    saved_choice = settings.get("generation_adapter") if saved_weights else None  # as it was saved
-    if generator is None and generates is None and (saved_generator / "adapter_config.json").is_file():
-        generator, generator_name = saved_generator, settings.get("generation_adapter_name")
-    try:
-        saved = ModelSettings.from_dict(settings)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{where}: {exc}") from exc
-    encode = {key: getattr(saved, key) for key in ModelSettings.fields_in("encode") if key != "center"}
-    extra = {key: getattr(saved, key) for key in SAVED_EXTRAS}
-    if path is not None and not own:  # another adapter's own settings (what it was trained with) come first
-        trained = adapter_settings(path)
-        encode = override_fields(encode, {key: v for key, v in trained.items() if key not in SAVED_EXTRAS})
-        extra |= {key: trained[key] for key in SAVED_EXTRAS if key in trained}
-    model = assemble(
+    saved_weights = own or (adapters.path is None and not saved_adapter)  # the weights embedded with are the saved
+    if own:
+        adapters = replace(adapters, name=settings.get("adapter") or adapters.name)
+    if adapters.generator is not None and adapters.generator.parent == folder:  # its own generation adapter
+        adapters = replace(adapters, generator_name=settings.get("generation_adapter_name"))
+    backbone = _saved_backbone(folder, settings, options)
+    return assemble(
         backbone,
-        adapter=path,
-        adapter_name=name,
-        settings=override_fields(encode, given) | extra,
-        # the saved weights' centers (its own adapter, or no adapter at all), else the other adapter's
-        centers=folder if own or (path is None and not saved_adapter) else path,
+        given=given,
+        adapters=adapters,
+        saved=settings,
+        trained=trained,
+        centers=folder if saved_weights else adapters.path,  # the saved weights' centers, else the other adapter's
         center=center,
-        saved_center=saved.center,
-        generator=generator,
-        generator_name=generator_name,
-        generates=generates,
-        saved_generates=saved_choice,
-        where=str(where),
+        saved_generates=settings.get("generation_adapter") if saved_weights else None,  # as it was saved
+        where=str(folder / SETTINGS_FILE),
     )
-    digest = settings.get("calibration_sha256")
-    if model.center and digest and digest != calibration_digest():
-        logger.warning(
-            "%s was saved with other calibration texts than this genembed's: centered embeddings will differ", where
-        )
-    return model
 
 
 def _saved_backbone(folder: Path, settings: dict[str, Any], options: dict[str, Any]) -> Any:

@@ -128,6 +128,14 @@ class PublishedModel:
         instruction, documents none (as in the authors' retrieval evaluation); the rest are the caller's."""
         return {"query": self.query_instruction, "document": "", "classification": None, "clustering": None}
 
+    def settings(self) -> dict[str, Any]:
+        """The settings a model loaded as this checkpoint gets (its authors' method, attention, prompt format,
+        named instructions, temperature, K and max length; the fields of
+        :class:`~genembed.encoders.model_settings.ModelSettings`), unless the caller says otherwise."""
+        own = {"method": self.method, "attention": self.attention, "prompt_format": self.prompt_format}
+        own |= {"prompts": self.prompts(), "tau": self.tau} | ({"steps": self.steps} if self.steps else {})
+        return own | {"max_length": self.max_length}
+
     def instruction_set(self) -> InstructionSet:
         """The authors' per-task MTEB instructions (an empty set when they publish none with their code)."""
         if self.instructions is None:

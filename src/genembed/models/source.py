@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..backbone.default_model import MissingModelError
 from ..backbone.hub import hub_snapshot, looks_like_path
@@ -40,6 +41,12 @@ class ModelSource:
     entry: PublishedModel | None = None  # a published checkpoint's row
     own_adapter: bool = False  # the folder holds a LoRA adapter of its own (an adapter or published repo)
     name: str | None = None  # the hub id as spelled (the HF cache folder follows the spelling)
+    # the settings the source brings (a published checkpoint's: PublishedModel.settings); empty: genembed's
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.entry is not None and not self.settings:
+            object.__setattr__(self, "settings", self.entry.settings())
 
 
 def resolve_source(

@@ -105,8 +105,11 @@ def read_trained_for(adapter_path: str | os.PathLike) -> TrainedFor | None:
     return TrainedFor(method, attention, generation, str(path))
 
 
-def warn_if_untrained(trained_for: TrainedFor | None, adapter: str | None, method: str, attention: str) -> None:
-    """Warn (:class:`UntrainedAdapterWarning`) when ``adapter`` was not trained for ``method``/``attention``."""
+def warn_if_untrained(
+    trained_for: TrainedFor | None, adapter: str | None, method: str, attention: str, *, stacklevel: int = 3
+) -> None:
+    """Warn (:class:`UntrainedAdapterWarning`) when ``adapter`` was not trained for ``method``/``attention``
+    (``stacklevel``: :func:`warnings.warn`'s, from this function; 3, its caller's caller)."""
     problem = trained_for.encode_problem(method, attention) if trained_for is not None else None
     if problem:
-        warnings.warn(f"adapter {adapter}: {problem}", UntrainedAdapterWarning, stacklevel=3)
+        warnings.warn(f"adapter {adapter}: {problem}", UntrainedAdapterWarning, stacklevel=stacklevel)

@@ -23,6 +23,7 @@ from typing import Any
 from .._files import sha256_file
 from ..generation.adapters import generating_adapter
 from ..generation.rag_prompt import RagPrompt
+from ..models.adapters import current_name
 
 __all__ = ["KVSourceError", "check_kv_source", "generation_weights", "kv_source"]
 
@@ -86,7 +87,7 @@ def check_kv_source(stored: dict[str, Any] | None, model: Any, prompt: RagPrompt
             f"older index, possibly from a bidirectional embedding pass, which gives empty answers). {fix}"
         )
     wanted = kv_source(model, prompt, reused=False)
-    if stored.get("backbone") != wanted["backbone"] or stored.get("adapter") != wanted["adapter"]:
+    if stored.get("backbone") != wanted["backbone"] or current_name(str(stored.get("adapter"))) != wanted["adapter"]:
         raise KVSourceError(
             f"index {index} stores KV states of {_describe(stored)}, but the loaded model generates with "
             f"{_describe(wanted)}. {fix}"

@@ -25,6 +25,7 @@ from ..encoders.methods import method_rules
 from ..encoders.output import OutputPipeline
 from ..encoders.settings import EmbedSettings
 from ..generation.rag_prompt import RagPrompt
+from ..models.adapters import current_name
 from .kv_ops import KV
 
 __all__ = ["DEFAULT_COLLECTION", "ChunkRecord", "ManifestQueries", "StoreLocation", "VectorStore", "fingerprint"]
@@ -263,7 +264,7 @@ class ManifestQueries:
         """Raise ValueError unless ``model`` is the one the index was built with."""
         expected = self.manifest["model"]["name"]
         dim = OutputPipeline.of_index(self.settings).dim(model.dim)  # the index's vectors may keep only truncate_dim
-        if model.name != expected or dim != self.dim:
+        if current_name(model.name) != current_name(expected) or dim != self.dim:
             raise ValueError(
                 f"index {self.where} was built with model {expected!r} (dim {self.dim}); got {model.name!r} "
                 f"(dim {dim}). Load the same model (and adapter) to query it."
