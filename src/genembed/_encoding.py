@@ -14,6 +14,7 @@ from .encoders.encode_options import EncodeOverrides, split_overrides
 from .encoders.inspect_tokens import SoftTokenStep, inspect_soft_tokens
 from .encoders.instructions import resolve_instruction
 from .encoders.methods import SOFT_TOKEN_METHOD, method_rules
+from .encoders.output import apply_output
 from .encoders.settings import EmbedSettings
 from .models.trained_for import warn_if_untrained
 
@@ -80,7 +81,7 @@ class EncodingMethods:
             return_all_steps: GIRCSE only: ``(n, K, dim)`` holding ``z_1..z_K`` from one run.
             return_steps_used: with ``steps="auto"``, also return the steps each text used.
             tokenized: the texts' prompts, already tokenized with this call's settings and instruction
-                (:meth:`~genembed.encoders.settings.EmbedSettings.tokenize`), one per text, so that a caller
+                (:func:`~genembed.encoders.prompts.tokenize`), one per text, so that a caller
                 that counted their tokens does not tokenize them again (``prompts=``, its former name, is
                 deprecated: ``model.prompts`` are the named instructions).
             **overrides: settings for this call, None or absent meaning the model's own
@@ -126,7 +127,6 @@ class EncodingMethods:
         """
         keywords, changes = split_overrides(overrides, prompt=prompt, normalize_embeddings=normalize_embeddings)
         tokenized = keywords.get("tokenized")
-        center = changes.pop("center", None)
         instruction = resolve_instruction(
             self.prompts,
             prompt=keywords["prompt"],
@@ -134,11 +134,9 @@ class EncodingMethods:
             default_prompt_name=self.default_prompt_name,
         )
         normalize = True if keywords["normalize_embeddings"] is None else bool(keywords["normalize_embeddings"])
-        output = self._settings.output.replace(
-            center=center, truncate_dim=truncate_dim, normalize=normalize, precision=precision
-        )
-        changes["batch_size"] = batch_size
-        settings = self.embed_settings(**changes) if settings is None else settings.override(**changes)
+        output = {"truncate_dim": truncate_dim, "normalize": normalize, "precision": precision}
+        call = self._settings.call_settings(settings, changes | output | {"batch_size": batch_size})  # checked now
+        settings = call.embed
         method = settings.method
         warn_if_untrained(self.trained_for, self.adapter, settings.method, settings.attention)
         if return_all_steps and (not method_rules(method).uses_steps or settings.adaptive):
@@ -152,12 +150,15 @@ class EncodingMethods:
             self.backbone,
             items,
             settings,
+            run=call.run,
             instruction=instruction,
             return_all_steps=return_all_steps,
             show_progress_bar=show_progress_bar,
             prompts=tokenized,
         )
-        embeddings = output(self.backbone, embeddings, settings, instruction, all_steps=return_all_steps)
+        embeddings = apply_output(
+            call.output, self.backbone, embeddings, settings, instruction, all_steps=return_all_steps
+        )
         convert_to_numpy = convert_to_numpy and not convert_to_tensor
         out = embeddings[0] if single else embeddings
         out = out.numpy() if convert_to_numpy else out

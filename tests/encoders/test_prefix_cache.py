@@ -6,6 +6,7 @@ import torch
 from genembed.encoders import EmbedSettings, encode_texts
 from genembed.encoders.fast_decoder import FastDecoder
 from genembed.encoders.prefix_cache import PrefixCache, compute_prefix_states, prefix_cache, weights_stamp
+from genembed.encoders.settings import RunOptions
 
 TEXTS = ["a short one", "a much longer text that needs left padding in its batch", "x", "", "The quick fox."]
 ASK = "Retrieve semantically similar text."
@@ -113,10 +114,10 @@ def test_not_used_with_gradients(tiny, monkeypatch):
     from genembed.encoders import embedder
 
     monkeypatch.setattr(torch, "is_grad_enabled", lambda: True)
-    assert embedder._prefix_lookup(tiny.model, EmbedSettings(), None) is None
+    assert embedder._prefix_lookup(tiny.model, EmbedSettings(), RunOptions(), None) is None
     monkeypatch.undo()
     monkeypatch.setenv("GENEMBED_PREFIX_CACHE", "0")
-    assert embedder._prefix_lookup(tiny.model, EmbedSettings(), None) is None
+    assert embedder._prefix_lookup(tiny.model, EmbedSettings(), RunOptions(), None) is None
 
 
 def test_an_entry_larger_than_the_cache_is_used_but_not_kept(tiny):
