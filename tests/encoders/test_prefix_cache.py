@@ -13,8 +13,9 @@ ASK = "Retrieve semantically similar text."
 
 
 def _encode(backbone, instruction=ASK, **fields):
-    settings = EmbedSettings.build(**{"steps": 3, "batch_size": 2, "batch_tokens": 0, **fields})
-    return encode_texts(backbone, TEXTS, settings, instruction=instruction)[0]
+    run = RunOptions(batch_size=2, **{k: fields.pop(k) for k in tuple(fields) if k in RunOptions.__dataclass_fields__})
+    settings = EmbedSettings.build(**{"steps": 3, **fields})
+    return encode_texts(backbone, TEXTS, settings, run=run, instruction=instruction)[0]
 
 
 def test_both_paths_compute_the_same_prefix_states(tiny):
