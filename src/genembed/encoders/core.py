@@ -29,6 +29,7 @@ import torch
 from ..backbone.attention import run_decoder
 from .batching import Batch
 from .fast_decoder import FastDecoder
+from .methods import method_rules
 from .pooling import last_token_pool, masked_mean, running_means
 from .prefix_cache import PrefixStates, compute_prefix_states
 from .settings import EmbedSettings
@@ -89,7 +90,7 @@ def embed_prepared(
         share_prefix: compute each prefix once for this batch (causal attention; same embeddings up to
             rounding; :attr:`~genembed.encoders.settings.RunOptions.share_prefix`).
     """
-    rules = settings.rules
+    rules = method_rules(settings.method)
     if not rules.uses_steps and rules.pooling not in _SINGLE_PASS_POOLING:
         raise ValueError(f"single-pass pooling must be one of {tuple(_SINGLE_PASS_POOLING)}, got {rules.pooling!r}")
     shared = settings.attention == "causal" and not keep_kv and (prefixes is not None or share_prefix)
@@ -117,7 +118,7 @@ def _embed(
     prefix: PrefixStates | None = None,
 ) -> BatchEmbeddings:
     """Embed rows, all of them after ``prefix`` when one is given."""
-    rules = settings.rules
+    rules = method_rules(settings.method)
     causal = settings.attention == "causal"
     stop_tol = settings.stop_tol if settings.adaptive else None
     if rules.uses_steps:

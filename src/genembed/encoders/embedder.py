@@ -19,6 +19,7 @@ import torch
 from .batching import Batch, collate, length_sorted_batches
 from .core import BatchEmbeddings, PrefixLookup, embed_prepared
 from .fast_decoder import FastDecoder
+from .methods import method_rules
 from .prefix_cache import compute_prefix_states, prefix_cache
 from .prompts import EncodedPrompt, tokenize
 from .settings import EmbedSettings, RunOptions
@@ -96,7 +97,7 @@ def embed_prompts(
     run = RunOptions.of(settings) if run is None else run
     model = backbone.model
     device = next(model.parameters()).device
-    steps = settings.rules.steps(settings.steps)
+    steps = method_rules(settings.method).steps(settings.steps)
     if not prompts:
         dim = model.config.hidden_size if hasattr(model, "config") else None
         return torch.zeros((0, steps, dim) if return_all_steps else (0, dim)), None
@@ -144,7 +145,7 @@ def _prefix_lookup(
         return None
     if os.environ.get("GENEMBED_PREFIX_CACHE", "1") == "0":
         return None
-    if settings.rules.uses_steps and not settings.use_cache:
+    if method_rules(settings.method).uses_steps and not settings.use_cache:
         return None  # the recompute path is the reference: it runs every prompt whole
     if fast is not None:
         return prefix_cache(model).lookup(model, "fast", fast.prefix_states)
