@@ -16,18 +16,18 @@ then (:mod:`genembed.encoders.methods`), so every instance says exactly how it e
 ``EmbedSettings.build(steps="auto")`` turns on adaptive steps.
 
 ``EmbedSettings`` held the speed and index fields too; giving them to it still works for one release
-and warns, naming their new home.
+and warns, naming their new home (:mod:`genembed.encoders._settings_compat`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Self
 
 from ..backbone.attention import check_attention
+from ._settings_compat import carry, install, moved_values, warn_moved
 from .defaults import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_BATCH_TOKENS,
@@ -134,11 +134,11 @@ class EmbedSettings:
         brings its own attention and prompt format, ``steps="auto"`` is adaptive), checked again."""
         own = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("steps", "adaptive")}
         own |= {"steps": "auto", "max_steps": self.steps} if self.adaptive else {"steps": self.steps}
-        return _carry_moved(self, EmbedSettings.build(**override_fields(own, changes)))
+        return carry(self, EmbedSettings.build(**override_fields(own, changes)))
 
     def replace(self, **changes: Any) -> EmbedSettings:
         """A copy with ``changes`` (checked again)."""
-        return _carry_moved(self, dataclasses.replace(self, **changes))
+        return carry(self, dataclasses.replace(self, **changes))
 
     @property
     def rules(self) -> MethodRules:
@@ -154,31 +154,30 @@ class EmbedSettings:
         """The former name of :meth:`tokenize` (a model's ``prompts`` are its named instructions)."""
         return self.tokenize(tokenizer, texts, instruction)
 
-    # --- the speed and index fields EmbedSettings held before (deprecated; see _MOVED) ---
+    # the index methods EmbedSettings held before (deprecated; genembed.encoders._settings_compat)
 
     def instruction(self, kind: str) -> str:
         """Deprecated: :meth:`IndexEmbedSettings.instruction`."""
-        return _deprecated_index(self).instruction(kind)
+        warn_moved("instruction", "IndexEmbedSettings.instruction")
+        return IndexEmbedSettings.of(self).instruction(kind)
 
     def prompt_ids(self, tokenizer: Any, texts: list[str], kind: str) -> list[list[int]]:
         """Deprecated: :meth:`IndexEmbedSettings.prompt_ids`."""
-        return _deprecated_index(self).prompt_ids(tokenizer, texts, kind)
+        warn_moved("prompt_ids", "IndexEmbedSettings.prompt_ids")
+        return IndexEmbedSettings.of(self).prompt_ids(tokenizer, texts, kind)
 
     def to_dict(self) -> dict[str, Any]:
         """Deprecated: :meth:`IndexEmbedSettings.to_dict` (an index manifest's ``embed`` section)."""
-        return _deprecated_index(self).to_dict()
+        warn_moved("to_dict", "IndexEmbedSettings.to_dict")
+        return IndexEmbedSettings.of(self).to_dict()
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EmbedSettings:
         """Deprecated: ``IndexEmbedSettings.from_dict(data).embed``."""
-        warnings.warn(
-            "EmbedSettings.from_dict is deprecated: an index manifest is IndexEmbedSettings.from_dict "
-            "(genembed.encoders.settings; its .embed is the EmbedSettings)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
+        warn_moved("from_dict", "IndexEmbedSettings.from_dict (its .embed is the EmbedSettings)")
         index = IndexEmbedSettings.from_dict(data)
-        return _carry_moved(index.embed, index.embed, _index_values(index))
+        own = {f.name: getattr(index, f.name) for f in dataclasses.fields(index) if f.name != "embed"}
+        return carry(index.embed, index.embed, own)
 
 
 @dataclass(frozen=True)
@@ -211,8 +210,7 @@ class RunOptions:
     @classmethod
     def of(cls, settings: EmbedSettings | None) -> RunOptions:
         """The defaults, or those given to ``settings`` the former way (``EmbedSettings(batch_size=...)``)."""
-        moved = getattr(settings, "_moved", {})
-        return cls(**{name: value for name, value in moved.items() if name in cls.__dataclass_fields__})
+        return cls(**moved_values(settings, cls))
 
     def check(self, settings: EmbedSettings) -> RunOptions:
         """These options, when they apply to ``settings``; ValueError otherwise."""
@@ -261,7 +259,7 @@ class IndexEmbedSettings:
         brings the defaults, or the index fields given to it the former way."""
         if isinstance(settings, IndexEmbedSettings):
             return settings.replace(**changes)
-        return cls(embed=settings, **getattr(settings, "_moved", {}).get("index", {})).replace(**changes)
+        return cls(embed=settings, **moved_values(settings, cls)).replace(**changes)
 
     def replace(self, **changes: Any) -> IndexEmbedSettings:
         """A copy with the ``changes`` that are not None, an :class:`EmbedSettings` field changing :attr:`embed`."""
@@ -415,70 +413,9 @@ def check_given(**given: Any) -> None:
     EmbedSettings.build(**{key: value for key, value in given.items() if value is not None})
 
 
-# --- one release of the former EmbedSettings fields (speed and index ones), with a warning naming their home ---
-
-_MOVED = {f.name: "RunOptions" for f in dataclasses.fields(RunOptions)} | {
-    f.name: "IndexEmbedSettings" for f in dataclasses.fields(IndexEmbedSettings) if f.name != "embed"
-}
-_dataclass_init = EmbedSettings.__init__
-
-
-def _moved_message(name: str) -> str:
-    home = _MOVED[name]
-    where = "encode's keywords" if home == "RunOptions" else "an index's settings"
-    return f"EmbedSettings.{name} is deprecated: it is genembed.encoders.settings.{home}.{name} ({where})"
-
-
-def _init(self: EmbedSettings, *args: Any, **fields: Any) -> None:
-    moved = {name: fields.pop(name) for name in tuple(fields) if name in _MOVED}
-    for name in moved:
-        warnings.warn(_moved_message(name), DeprecationWarning, stacklevel=2)
-    _dataclass_init(self, *args, **fields)
-    run = {k: v for k, v in moved.items() if _MOVED[k] == "RunOptions"}
-    index = {k: v for k, v in moved.items() if _MOVED[k] == "IndexEmbedSettings"}
-    RunOptions(**run).check(self)  # checked as they were
-    IndexEmbedSettings(embed=self, **index)
-    object.__setattr__(self, "_moved", {**run, "index": index} if index else run)
-
-
-EmbedSettings.__init__ = _init  # type: ignore[method-assign]
-EmbedSettings._moved = {}  # type: ignore[attr-defined]  # none given the former way
-
-
-def _index_values(index: IndexEmbedSettings) -> dict[str, Any]:
-    return {"index": {f.name: getattr(index, f.name) for f in dataclasses.fields(index) if f.name != "embed"}}
-
-
-def _carry_moved(old: EmbedSettings, new: EmbedSettings, extra: Mapping[str, Any] | None = None) -> EmbedSettings:
-    """``new`` keeping the deprecated fields given to ``old`` (and ``extra``), without warning again."""
-    moved = {**old._moved, **(extra or {})}  # type: ignore[attr-defined]
-    if moved:
-        merged = {**moved, **new._moved}  # type: ignore[attr-defined]
-        if "index" in moved and "index" in new._moved:  # type: ignore[attr-defined]
-            merged["index"] = {**moved["index"], **new._moved["index"]}  # type: ignore[attr-defined]
-        object.__setattr__(new, "_moved", merged)
-    return new
-
-
-def _deprecated_index(settings: EmbedSettings) -> IndexEmbedSettings:
-    warnings.warn(
-        "EmbedSettings' index methods (instruction, prompt_ids, to_dict) are deprecated: use "
-        "genembed.encoders.settings.IndexEmbedSettings",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    return IndexEmbedSettings.of(settings)
-
-
-def _moved_field(name: str) -> property:
-    home = RunOptions if _MOVED[name] == "RunOptions" else IndexEmbedSettings
-
-    def get(self: EmbedSettings) -> Any:
-        warnings.warn(_moved_message(name), DeprecationWarning, stacklevel=2)
-        return getattr(home.of(self), name)
-
-    return property(get, doc=f"Deprecated: :attr:`{home.__name__}.{name}`.")
-
-
-for _name in _MOVED:
-    setattr(EmbedSettings, _name, _moved_field(_name))
+# one release of the former EmbedSettings fields (speed and index ones), each warning and naming its home
+install(
+    EmbedSettings,
+    {f.name: home for home in (RunOptions, IndexEmbedSettings) for f in dataclasses.fields(home) if f.name != "embed"},
+    check=lambda settings: (RunOptions.of(settings).check(settings), IndexEmbedSettings.of(settings)),
+)
