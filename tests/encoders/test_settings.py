@@ -112,6 +112,8 @@ def test_a_calls_settings_go_each_to_its_object_and_are_checked_together():
     assert call.output == OutputSettings(center=True, truncate_dim=8, precision="int8")
     given = CallSettings.build(EmbedSettings(method="mean"), OutputSettings(), {"max_length": 50})
     assert given.embed == EmbedSettings(method="mean", max_length=50) and given.run == RunOptions()
+    index = IndexEmbedSettings(embed=EmbedSettings(method="mean"), center=True)  # encode(settings=index.settings)
+    assert CallSettings.build(index, OutputSettings(), {}).embed == EmbedSettings(method="mean")
     with pytest.raises(ValueError, match="share_prefix needs a soft-token method"):
         CallSettings.build({"method": "mean"}, OutputSettings(), {"share_prefix": True})
     with pytest.raises(ValueError, match="precision must be one of"):

@@ -26,7 +26,7 @@ from .defaults import DEFAULT_MAX_LENGTH
 from .instructions import check_prompts, default_prompts
 from .methods import DEFAULT_METHOD, DEFAULT_STEPS, DEFAULT_TAU, method_rules
 from .output import OutputPipeline
-from .settings import CallSettings, EmbedSettings, OutputSettings, fields_for, override_fields
+from .settings import CallSettings, EmbedSettings, IndexEmbedSettings, OutputSettings, fields_for, override_fields
 from .similarity import check_similarity_fn
 
 __all__ = ["ModelSettings", "SettingsHolder"]
@@ -94,7 +94,9 @@ class ModelSettings:
         its own attention and prompt format)."""
         return EmbedSettings.build(**override_fields(self._call_fields(), changes))
 
-    def call_settings(self, settings: EmbedSettings | None, changes: Mapping[str, Any]) -> CallSettings:
+    def call_settings(
+        self, settings: EmbedSettings | IndexEmbedSettings | None, changes: Mapping[str, Any]
+    ) -> CallSettings:
         """The :class:`~genembed.encoders.settings.CallSettings` of one ``encode`` call, checked before any
         work: these settings' (or ``settings``, a whole :class:`~genembed.encoders.settings.EmbedSettings`)
         and their centring and ``truncate_dim``, with ``changes`` by name (None keeps a field; speed

@@ -335,11 +335,16 @@ class CallSettings:
 
     @classmethod
     def build(
-        cls, own: Mapping[str, Any] | EmbedSettings, output: OutputSettings, changes: Mapping[str, Any]
+        cls,
+        own: Mapping[str, Any] | EmbedSettings | IndexEmbedSettings,
+        output: OutputSettings,
+        changes: Mapping[str, Any],
     ) -> CallSettings:
-        """A call's settings: ``own`` (a model's settings by name, or a whole :class:`EmbedSettings`) and
-        ``output`` (the model's steps after the core) with ``changes`` made, each change going to the
-        object whose field it names (None keeps a field; :func:`override_fields` for the embedding)."""
+        """A call's settings: ``own`` (a model's settings by name, or a whole :class:`EmbedSettings`, or an
+        index's, embedding as its queries and chunks are) and ``output`` (the model's steps after the core)
+        with ``changes`` made, each change going to the object whose field it names (None keeps a field;
+        :func:`override_fields` for the embedding)."""
+        own = own.embed if isinstance(own, IndexEmbedSettings) else own
         changes = dict(changes)
         run = {k: changes.pop(k) for k in tuple(changes) if k in RunOptions.__dataclass_fields__}
         out = {k: changes.pop(k) for k in tuple(changes) if k in OutputSettings.__dataclass_fields__}
