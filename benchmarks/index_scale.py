@@ -227,7 +227,7 @@ def run_row(args: argparse.Namespace, name: str, size: int) -> dict:
 
 
 def _milvus_row(args: argparse.Namespace, spec: dict, size: int, parts: list[LazyChunk], t0: float):  # noqa: ANN202
-    from genembed.encoders.settings import EmbedSettings
+    from genembed.encoders.settings import IndexEmbedSettings
     from genembed.retrieval.milvus_store import MilvusStore
     from genembed.retrieval.store import ChunkRecord
     from genembed.retrieval.stores import index_settings, parse_location
@@ -237,7 +237,7 @@ def _milvus_row(args: argparse.Namespace, spec: dict, size: int, parts: list[Laz
     location = parse_location(f"milvus:{path}")
     manifest = {
         "model": {"name": "synthetic", "dim": args.dim, "ref": {}},
-        "embed": EmbedSettings().to_dict(),
+        "embed": IndexEmbedSettings().to_dict(),
         "chunking": None,
         "kv": None,
         **index_settings(location, args.dim, index_type=spec["index_type"], search_params=spec["search"]),

@@ -158,7 +158,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import genembed
-    from genembed.encoders.settings import EmbedSettings
+    from genembed.encoders.settings import EmbedSettings, IndexEmbedSettings
     from genembed.generation.rag_prompt import RagPrompt
     from genembed.retrieval.index_build import build_index
 
@@ -168,7 +168,8 @@ def main() -> None:
     corpus = (REPO / "src" / "genembed" / "data" / "sample_corpus.jsonl").read_text().splitlines()
     seed_text = " ".join(json.loads(line)["text"] for line in corpus)
     longest = max(args.lengths)
-    config = EmbedSettings(method=args.method, tau=model.tau, max_length=longest + 256, center=model.center)
+    embed = EmbedSettings(method=args.method, tau=model.tau, max_length=longest + 256)
+    config = IndexEmbedSettings(embed=embed, center=model.center)
     prompt = RagPrompt()
     if args.prompt == "matching":
         prompt = RagPrompt.matching_queries(config.query_instruction, config.prompt_format)

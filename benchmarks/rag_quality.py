@@ -415,14 +415,15 @@ def main() -> None:
         return
 
     import genembed
-    from genembed.encoders.settings import EmbedSettings
+    from genembed.encoders.settings import EmbedSettings, IndexEmbedSettings
     from genembed.generation.adapters import generator_choice
     from genembed.retrieval.kv_source import generation_weights
 
     torch.set_num_threads(args.threads)
     adapter = False if args.adapter == "none" else args.adapter
     model = genembed.load(adapter=adapter, dtype="float32", generation_adapter=generator_choice(args.generator))
-    config = EmbedSettings(method=args.method, tau=model.tau, max_length=512, center=model.center)
+    embed = EmbedSettings(method=args.method, tau=model.tau, max_length=512)
+    config = IndexEmbedSettings(embed=embed, center=model.center)
     report = {
         "config": {**vars(args), "out": str(args.out), "model": model.name, "embed": config.to_dict()},
         "git_commit": git_commit(),
@@ -433,7 +434,7 @@ def main() -> None:
     if config.center:  # compute the documents' center once before any timed build (it is memoised)
         from genembed.encoders.centering import instruction_center
 
-        instruction_center(model.backbone, config, config.doc_instruction)
+        instruction_center(model.backbone, config.embed, config.doc_instruction)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.sets:

@@ -43,7 +43,7 @@ def main() -> None:
     from genembed.encoders.shared_prefix import prefix_groups
     from genembed.training.config import load_config
     from genembed.training.data import ContrastiveStream, SingleStream, expand_files
-    from genembed.training.forward import embed_batch, tokenize_texts
+    from genembed.training.forward import tokenize_texts
     from genembed.training.grad_cache import grad_cache_single, length_sorted, split_batch
     from genembed.training.setup import build_objective, init_adapter, trainable_model
 
@@ -52,7 +52,7 @@ def main() -> None:
     model = trainable_model(cfg, backbone.model, init_adapter("default"))
     teacher_dim = 768  # all-mpnet-base-v2's vectors; the values do not change the step's cost
     objective = build_objective(cfg, model, has_generative=False, targets=SimpleNamespace(dimension=teacher_dim))
-    settings = objective.settings.replace(share_prefix=False)
+    settings = objective.settings
     fmt, emb = settings.prompt_format, cfg.embedding
 
     batch = ContrastiveStream.from_config(cfg, 1).next()
@@ -83,9 +83,7 @@ def main() -> None:
     )
 
     def contrastive_step() -> None:
-        q, d = (
-            embed_batch(model, part, objective.settings, objective.checkpoint_chunk) for part in (queries, documents)
-        )
+        q, d = (objective.embed(part) for part in (queries, documents))
         out = objective.rep_loss.terms(q, d, labels, None)
         out.total.backward()
 
@@ -99,7 +97,7 @@ def main() -> None:
     for rep in range(args.reps + 1):  # the first round warms up
         for kind, step in steps.items():
             for setting in ("per row", "shared"):
-                objective.settings = settings.replace(share_prefix=setting == "shared")
+                objective.share_prefix = setting == "shared"
                 model.zero_grad(set_to_none=True)
                 t0 = time.perf_counter()
                 step()

@@ -190,12 +190,12 @@ def test_encode_takes_the_speed_settings_as_keywords(tiny_model):
 
 
 def test_encode_takes_prompts_already_tokenized(tiny_model, monkeypatch):
-    from genembed.encoders import settings as settings_mod
+    from genembed.encoders import prompts as prompts_mod
 
     settings = tiny_model.embed_settings(max_length=33)  # the texts cut to 3 tokens after the template
-    prompts = settings.prompts(tiny_model.backbone.tokenizer, TEXTS, "Find it.")
+    prompts = prompts_mod.tokenize(tiny_model.backbone.tokenizer, TEXTS, "Find it.", settings)
     expected = tiny_model.encode(TEXTS, instruction="Find it.", max_length=33)
-    monkeypatch.setattr(settings_mod, "encode_prompts", lambda *a, **k: pytest.fail("tokenized again"))
+    monkeypatch.setattr(prompts_mod, "encode_prompts", lambda *a, **k: pytest.fail("tokenized again"))
     got = tiny_model.encode(TEXTS, instruction="Find it.", max_length=33, prompts=prompts)
     np.testing.assert_array_equal(got, expected)
     with pytest.raises(ValueError, match="1 prompts for 2 texts; give one prompt per text"):

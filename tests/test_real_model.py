@@ -26,10 +26,10 @@ def test_paraphrase_scores_higher_than_unrelated(real_model, method):
 
 
 def test_real_model_kv_cache_equals_recompute(real_model):
-    from genembed.encoders import EmbedSettings, encode_texts
+    from genembed.encoders import EmbedSettings, RunOptions, encode_texts
 
     texts = ["short text", "a noticeably longer text so that the batch needs padding"]
-    cached, _ = encode_texts(real_model.backbone, texts, EmbedSettings.build(steps=3, fast_path=False))
+    cached, _ = encode_texts(real_model.backbone, texts, EmbedSettings.build(steps=3), run=RunOptions(fast_path=False))
     full, _ = encode_texts(real_model.backbone, texts, EmbedSettings.build(steps=3, use_cache=False))
     assert np.abs(cached.numpy() - full.numpy()).max() < 1e-3
     # The CPU fast path (oneDNN kernels) sums in another order; over 30 layers and 3 fed-back soft

@@ -16,6 +16,7 @@ from .encoders.inspect_tokens import SoftTokenStep, inspect_soft_tokens
 from .encoders.instructions import resolve_instruction
 from .encoders.methods import SOFT_TOKEN_METHOD, method_rules
 from .encoders.model_settings import ModelSettings
+from .encoders.output import apply_output
 from .encoders.settings import EmbedSettings
 from .models.trained_for import TrainedFor, warn_if_untrained
 
@@ -97,7 +98,7 @@ class Encoding:
             return_all_steps: GIRCSE only: ``(n, K, dim)`` holding ``z_1..z_K`` from one run.
             return_steps_used: with ``steps="auto"``, also return the steps each text used.
             tokenized: the texts' prompts, already tokenized with this call's settings and instruction
-                (:meth:`~genembed.encoders.settings.EmbedSettings.tokenize`), one per text, so that a caller
+                (:func:`~genembed.encoders.prompts.tokenize`), one per text, so that a caller
                 that counted their tokens does not tokenize them again (``prompts=``, its former name, is
                 deprecated: ``model.prompts`` are the named instructions).
             **overrides: settings for this call, None or absent meaning the model's own
@@ -143,7 +144,6 @@ class Encoding:
         """
         keywords, changes = split_overrides(overrides, prompt=prompt, normalize_embeddings=normalize_embeddings)
         tokenized = keywords.get("tokenized")
-        center = changes.pop("center", None)
         instruction = resolve_instruction(
             model.settings.prompts,
             prompt=keywords["prompt"],
@@ -151,11 +151,9 @@ class Encoding:
             default_prompt_name=model.settings.default_prompt_name,
         )
         normalize = True if keywords["normalize_embeddings"] is None else bool(keywords["normalize_embeddings"])
-        output = model.settings.output.replace(
-            center=center, truncate_dim=truncate_dim, normalize=normalize, precision=precision
-        )
-        changes["batch_size"] = batch_size
-        settings = model.embed_settings(**changes) if settings is None else settings.override(**changes)
+        output = {"truncate_dim": truncate_dim, "normalize": normalize, "precision": precision}
+        call = model.settings.call_settings(settings, changes | output | {"batch_size": batch_size})  # checked now
+        settings = call.embed
         method = settings.method
         # stacklevel: warn_if_untrained, this method, the model's (genembed._delegate), the caller
         warn_if_untrained(model.trained_for, model.adapter, settings.method, settings.attention, stacklevel=4)
@@ -170,12 +168,15 @@ class Encoding:
             model.backbone,
             items,
             settings,
+            run=call.run,
             instruction=instruction,
             return_all_steps=return_all_steps,
             show_progress_bar=show_progress_bar,
             prompts=tokenized,
         )
-        embeddings = output(model.backbone, embeddings, settings, instruction, all_steps=return_all_steps)
+        embeddings = apply_output(
+            call.output, model.backbone, embeddings, settings, instruction, all_steps=return_all_steps
+        )
         convert_to_numpy = convert_to_numpy and not convert_to_tensor
         out = embeddings[0] if single else embeddings
         out = out.numpy() if convert_to_numpy else out

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from genembed.encoders import EmbedSettings, encode_texts
+from genembed.encoders import EmbedSettings, RunOptions, encode_texts
 from genembed.encoders import core as core_mod
 from genembed.encoders.batching import MAX_BATCH_ROWS, length_sorted_batches
 
@@ -27,7 +27,7 @@ def test_bad_sizes_are_refused(batch_size, max_tokens):
     with pytest.raises(ValueError, match="must be >= "):
         length_sorted_batches([1, 2], batch_size, max_tokens)
     with pytest.raises(ValueError, match="batch_tokens must be an int >= 0"):
-        EmbedSettings(batch_tokens=-1)
+        RunOptions(batch_tokens=-1)
 
 
 @pytest.mark.parametrize("method", ["gircse", "mean"])
@@ -39,13 +39,13 @@ def test_token_sized_batches_change_no_embedding_and_keep_the_order(tiny, method
         "genembed.encoders.embedder.embed_prepared",
         lambda model, batch, *a, **k: rows.append(batch.input_ids.shape[0]) or original(model, batch, *a, **k),
     )
-    fields = {"method": method, "steps": 3, "batch_size": 4}
-    by_tokens, _ = encode_texts(tiny, texts, EmbedSettings.build(**fields, batch_tokens=256), instruction="Find it.")
+    settings, run = EmbedSettings.build(method=method, steps=3), RunOptions(batch_size=4)
+    by_tokens, _ = encode_texts(tiny, texts, settings, run=run.replace(batch_tokens=256), instruction="Find it.")
     budget_rows = list(rows)
     rows.clear()
-    by_texts, _ = encode_texts(tiny, texts, EmbedSettings.build(**fields, batch_tokens=0), instruction="Find it.")
+    by_texts, _ = encode_texts(tiny, texts, settings, run=run.replace(batch_tokens=0), instruction="Find it.")
     assert rows == [4] * 10 + [1]
     assert budget_rows[0] == 4 and max(budget_rows) > 4 and len(budget_rows) < len(rows)
     torch.testing.assert_close(by_tokens, by_texts, atol=2e-6, rtol=1e-5)
-    alone, _ = encode_texts(tiny, texts[7:8], EmbedSettings.build(**fields), instruction="Find it.")
+    alone, _ = encode_texts(tiny, texts[7:8], settings, run=run, instruction="Find it.")
     torch.testing.assert_close(by_tokens[7], alone[0], atol=2e-6, rtol=1e-5)

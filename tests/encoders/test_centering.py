@@ -44,9 +44,9 @@ def test_the_center_is_the_mean_unit_calibration_embedding(tiny, method, all_ste
     got = instruction_center(tiny, options, INSTRUCTION, all_steps=all_steps)
     assert got.shape == ((3, tiny.model.config.hidden_size) if all_steps else (tiny.model.config.hidden_size,))
     torch.testing.assert_close(got, expected)
-    # memoised per model and settings; the batch size is not a setting that changes embeddings
-    other_batch = EmbedSettings.build(method=method, steps=3, batch_size=5)
-    assert instruction_center(tiny, other_batch, INSTRUCTION, all_steps=all_steps) is got
+    # memoised per model and the settings that decide embeddings (equal settings made anew find it)
+    again = EmbedSettings.build(method=method, steps=3)
+    assert instruction_center(tiny, again, INSTRUCTION, all_steps=all_steps) is got
     assert not torch.allclose(
         instruction_center(tiny, options, "", all_steps=all_steps), got
     )  # an instruction has its own

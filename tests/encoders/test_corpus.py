@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from genembed.encoders import EmbedSettings, encode_texts
+from genembed.encoders import EmbedSettings, RunOptions, encode_texts
 from genembed.encoders import corpus as corpus_mod
 from genembed.encoders.corpus import encode_corpus, load_corpus_embeddings, read_records
 
@@ -52,12 +52,14 @@ def _texts(rows: list[dict]) -> list[str]:
     return [f"{r['title']} {r['text']}" if r.get("title") else r["text"] for r in rows]
 
 
-OPTIONS = EmbedSettings.build(method="gircse", steps=2, batch_size=4)
+OPTIONS = EmbedSettings.build(method="gircse", steps=2)
+RUN = RunOptions(batch_size=4)  # changes no embedding
 
 
 def test_shards_hold_the_normalized_embeddings_and_ids_in_input_order(tiny, tmp_path):
     rows = _write_corpus(tmp_path / "c.jsonl", 23)
-    result = encode_corpus(tiny, tmp_path / "c.jsonl", tmp_path / "out", OPTIONS, shard_size=5, show_progress_bar=False)
+    out = tmp_path / "out"
+    result = encode_corpus(tiny, tmp_path / "c.jsonl", out, OPTIONS, run=RUN, shard_size=5, show_progress_bar=False)
     assert (result.records, result.shards, result.encoded_shards) == (23, 5, [0, 1, 2, 3, 4])
     assert [np.load(tmp_path / "out" / f"shard-{s:06d}.npy").shape for s in range(5)] == [(5, 32)] * 4 + [(3, 32)]
     ids, emb = load_corpus_embeddings(tmp_path / "out")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from genembed.encoders.encode_options import ALIASES, SETTING_OVERRIDES, split_overrides
-from genembed.encoders.settings import EmbedSettings
+from genembed.encoders.settings import EmbedSettings, RunOptions
 
 
 def test_aliases_fold_into_the_sentence_transformers_keywords_and_settings_come_apart():
@@ -33,7 +33,7 @@ def test_an_unknown_keyword_lists_what_encode_takes():
 
 
 def test_the_overrides_are_encoding_settings_only():
-    fields = set(EmbedSettings.__dataclass_fields__)
+    fields = set(EmbedSettings.__dataclass_fields__) | set(RunOptions.__dataclass_fields__) | {"center"}
     assert set(SETTING_OVERRIDES) - fields == {"max_steps"}  # steps="auto"'s cap
     assert "batch_size" not in SETTING_OVERRIDES  # a sentence-transformers keyword of its own
     assert not {"checkpoint_chunk", "query_instruction", "doc_instruction"} & set(SETTING_OVERRIDES)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from genembed.backbone import Backbone
-from genembed.encoders import EmbedSettings, collate, encode_prompts, encode_texts
+from genembed.encoders import EmbedSettings, RunOptions, collate, encode_prompts, encode_texts
 from genembed.encoders import fast_decoder as fast_mod
 from genembed.encoders.fast_decoder import FastDecoder, right_pad
 
@@ -60,13 +60,11 @@ def _other_architecture(tiny: Backbone, arch: str) -> Backbone:
 def _both_paths(backbone: Backbone, settings: dict, **fields) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The fast path (cached prefixes unless ``fields`` say otherwise) and the reference: the transformers
     path on whole prompts."""
-    kwargs = {"batch_size": 3, "batch_tokens": 0, **settings}
-    fast, steps_fast = encode_texts(
-        backbone, TEXTS, EmbedSettings.build(**kwargs, **fields), instruction="Retrieve it."
-    )
-    ref, steps_ref = encode_texts(
-        backbone, TEXTS, EmbedSettings.build(**kwargs, fast_path=False, cache_prefix=False), instruction="Retrieve it."
-    )
+    embed = EmbedSettings.build(**settings)
+    run = RunOptions(batch_size=3, batch_tokens=0)
+    fast, steps_fast = encode_texts(backbone, TEXTS, embed, run=run.replace(**fields), instruction="Retrieve it.")
+    reference = run.replace(fast_path=False, cache_prefix=False)
+    ref, steps_ref = encode_texts(backbone, TEXTS, embed, run=reference, instruction="Retrieve it.")
     if steps_fast is not None:
         assert torch.equal(steps_fast, steps_ref)
     return fast, ref, steps_fast
@@ -93,7 +91,8 @@ def test_fast_path_equals_the_transformers_path(tiny, arch, settings, monkeypatc
     slow_cached, _ = encode_texts(
         backbone,
         TEXTS,
-        EmbedSettings.build(batch_size=3, batch_tokens=0, **settings, fast_path=False),
+        EmbedSettings.build(**settings),
+        run=RunOptions(batch_size=3, batch_tokens=0, fast_path=False),
         instruction="Retrieve it.",
     )  # the transformers path after cached prefixes
     torch.testing.assert_close(slow_cached, ref, atol=2e-5, rtol=1e-5)
@@ -124,7 +123,7 @@ def test_lora_layers_run_as_merged_linears_kept_until_a_weight_changes(tiny, mon
         torch.testing.assert_close(fast, ref, atol=2e-5, rtol=1e-5)
         with model.disable_adapter():
             base, _ = encode_texts(adapted, TEXTS, EmbedSettings.build(**settings))
-            base_ref, _ = encode_texts(adapted, TEXTS, EmbedSettings.build(**settings, fast_path=False))
+            base_ref, _ = encode_texts(adapted, TEXTS, EmbedSettings.build(**settings), run=RunOptions(fast_path=False))
         torch.testing.assert_close(base, base_ref, atol=2e-5, rtol=1e-5)
         assert (base - fast).abs().max() > 1e-2  # the adapter was applied
     lora_layers = 4 * len(model.base_model.model.model.layers)

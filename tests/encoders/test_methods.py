@@ -17,6 +17,7 @@ from genembed.encoders.methods import (
     MethodRules,
     method_rules,
 )
+from genembed.encoders.prompts import tokenize
 from genembed.encoders.settings import EmbedSettings
 
 
@@ -51,12 +52,12 @@ def test_the_core_pools_every_single_pass_pooling(tiny):
     # every pooling a method may name runs in embed_prepared: a new name cannot fall back to another
     assert set(POOLINGS) == {"soft_tokens", *core._SINGLE_PASS_POOLING}
     settings = EmbedSettings(method="last", max_length=32)
-    batch = collate(settings.prompts(tiny.tokenizer, ["a b c", "d"], ""), pad_id=tiny.tokenizer.pad_token_id)
+    batch = collate(tokenize(tiny.tokenizer, ["a b c", "d"], "", settings), pad_id=tiny.tokenizer.pad_token_id)
     assert embed_prepared(tiny.model, batch, settings).steps.shape[:2] == (2, 1)
     odd = dataclasses.replace(METHOD_RULES["last"], name="odd")
     object.__setattr__(odd, "pooling", "max")  # past the table's own check, as a hand-made rules object could be
     with (
-        patch.object(EmbedSettings, "rules", property(lambda self: odd)),
+        patch.object(core, "method_rules", lambda method: odd),
         pytest.raises(ValueError, match=r"single-pass pooling must be one of \('mean', 'last'\), got 'max'"),
     ):
         embed_prepared(tiny.model, batch, settings)

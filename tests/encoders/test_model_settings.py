@@ -15,10 +15,19 @@ import genembed
 from genembed.encoders.encode_options import ALIASES, INPUTS, SETTING_OVERRIDES, EncodeOverrides
 from genembed.encoders.model_settings import ModelSettings
 from genembed.encoders.output import OutputPipeline
-from genembed.encoders.settings import EMBEDDING_FIELDS, EmbedSettings, build_keywords, fields_for
+from genembed.encoders.settings import (
+    EMBEDDING_FIELDS,
+    EmbedSettings,
+    IndexEmbedSettings,
+    OutputSettings,
+    RunOptions,
+    build_keywords,
+    fields_for,
+)
 
 SRC = Path(genembed.__file__).parent
-FIELD_NAMES = {f.name for f in dataclasses.fields(EmbedSettings)} | {f.name for f in dataclasses.fields(ModelSettings)}
+SETTINGS_TYPES = (EmbedSettings, RunOptions, IndexEmbedSettings, OutputSettings, ModelSettings)
+FIELD_NAMES = {f.name for cls in SETTINGS_TYPES for f in dataclasses.fields(cls)}
 
 
 def test_every_field_list_is_derived_from_the_dataclasses():
@@ -27,7 +36,8 @@ def test_every_field_list_is_derived_from_the_dataclasses():
 
     assert fields_for("vector") == EMBEDDING_FIELDS
     assert "batch_size" not in EMBEDDING_FIELDS and "use_cache" in EMBEDDING_FIELDS
-    assert tuple(EmbedSettings().to_dict()) == tuple(n for n in fields_for("index") if n != "truncate_dim")
+    assert tuple(IndexEmbedSettings().to_dict()) == tuple(n for n in fields_for("index") if n != "truncate_dim")
+    assert set(fields_for("call")) <= set(EMBEDDING_FIELDS) | {f.name for f in dataclasses.fields(RunOptions)}
     assert (*fields_for("call"), *build_keywords(), "center") == SETTING_OVERRIDES and build_keywords() == (
         "max_steps",
     )

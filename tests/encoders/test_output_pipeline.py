@@ -12,7 +12,7 @@ import torch
 
 from genembed.encoders.output import OutputPipeline
 from genembed.encoders.quantize import PRECISIONS, quantize_embeddings
-from genembed.encoders.settings import EmbedSettings
+from genembed.encoders.settings import IndexEmbedSettings
 from genembed.model import GenerativeEmbedder
 
 TEXTS = ["The quick brown fox.", "Paris is the capital of France.", "I loved this film.", "Tax law is complex."]
@@ -56,6 +56,30 @@ def test_a_bad_step_is_refused_by_name(field, value, message):
         OutputPipeline(**{field: value})
 
 
+@pytest.mark.parametrize(
+    ("keywords", "message"),
+    [
+        ({"truncate_dim": 0}, "truncate_dim must be a positive int"),
+        ({"precision": "int4"}, "precision must be one of"),
+        ({"center": "yes"}, "center must be True or False"),
+        ({"batch_size": 0}, "batch_size must be an int >= 1"),
+        ({"method": "mean", "share_prefix": True}, "share_prefix needs a soft-token method"),
+    ],
+)
+def test_encode_refuses_a_bad_setting_before_any_work(_tiny_backbone, monkeypatch, keywords, message):
+    """The call's settings (what decides the vectors, the speed switches, the steps after the core) are
+    built and checked together before a text is tokenized or encoded."""
+    import genembed._encoding as encoding
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("encoded before the settings were checked")
+
+    monkeypatch.setattr(encoding, "encode_texts", no_work)
+    monkeypatch.setattr(encoding, "validate_texts", no_work)
+    with pytest.raises(ValueError, match=message):
+        _model(_tiny_backbone, center=False, truncate_dim=None).encode(TEXTS, **keywords)
+
+
 @pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("truncate_dim", DIMS)
 @pytest.mark.parametrize("center", ON_OFF)
@@ -97,7 +121,9 @@ def test_kv_embedding_and_an_index_give_what_encode_returns(_tiny_backbone, tmp_
     from genembed.retrieval.kv_embed import encode_with_kv
 
     model = _model(_tiny_backbone, center=center, truncate_dim=truncate_dim)
-    settings = model.embed_settings(center=center, truncate_dim=truncate_dim, doc_instruction=INSTRUCTION)
+    settings = IndexEmbedSettings(
+        embed=model.embed_settings(), center=center, truncate_dim=truncate_dim, doc_instruction=INSTRUCTION
+    )
     for keep_kv in ON_OFF:
         got = encode_with_kv(model.backbone, TEXTS, settings, kind="doc", keep_kv=keep_kv).embeddings
         np.testing.assert_allclose(got, _reference(model), atol=1e-5)
@@ -148,8 +174,8 @@ def test_evaluation_embeds_what_encode_returns(_tiny_backbone, tmp_path, center,
 
 
 def test_index_settings_record_truncate_dim_only_when_set():
-    whole = EmbedSettings().to_dict()
+    whole = IndexEmbedSettings().to_dict()
     assert "truncate_dim" not in whole  # what indexes built before it hold
-    kept = EmbedSettings(truncate_dim=8)
-    assert kept.to_dict()["truncate_dim"] == 8 and EmbedSettings.from_dict(kept.to_dict()) == kept
+    kept = IndexEmbedSettings(truncate_dim=8)
+    assert kept.to_dict()["truncate_dim"] == 8 and IndexEmbedSettings.from_dict(kept.to_dict()) == kept
     assert OutputPipeline.of_index(kept) == OutputPipeline(truncate_dim=8)

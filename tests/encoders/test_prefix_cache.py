@@ -6,14 +6,16 @@ import torch
 from genembed.encoders import EmbedSettings, encode_texts
 from genembed.encoders.fast_decoder import FastDecoder
 from genembed.encoders.prefix_cache import PrefixCache, compute_prefix_states, prefix_cache, weights_stamp
+from genembed.encoders.settings import RunOptions
 
 TEXTS = ["a short one", "a much longer text that needs left padding in its batch", "x", "", "The quick fox."]
 ASK = "Retrieve semantically similar text."
 
 
 def _encode(backbone, instruction=ASK, **fields):
-    settings = EmbedSettings.build(**{"steps": 3, "batch_size": 2, "batch_tokens": 0, **fields})
-    return encode_texts(backbone, TEXTS, settings, instruction=instruction)[0]
+    run = RunOptions(batch_size=2, **{k: fields.pop(k) for k in tuple(fields) if k in RunOptions.__dataclass_fields__})
+    settings = EmbedSettings.build(**{"steps": 3, **fields})
+    return encode_texts(backbone, TEXTS, settings, run=run, instruction=instruction)[0]
 
 
 def test_both_paths_compute_the_same_prefix_states(tiny):
@@ -113,10 +115,10 @@ def test_not_used_with_gradients(tiny, monkeypatch):
     from genembed.encoders import embedder
 
     monkeypatch.setattr(torch, "is_grad_enabled", lambda: True)
-    assert embedder._prefix_lookup(tiny.model, EmbedSettings(), None) is None
+    assert embedder._prefix_lookup(tiny.model, EmbedSettings(), RunOptions(), None) is None
     monkeypatch.undo()
     monkeypatch.setenv("GENEMBED_PREFIX_CACHE", "0")
-    assert embedder._prefix_lookup(tiny.model, EmbedSettings(), None) is None
+    assert embedder._prefix_lookup(tiny.model, EmbedSettings(), RunOptions(), None) is None
 
 
 def test_an_entry_larger_than_the_cache_is_used_but_not_kept(tiny):

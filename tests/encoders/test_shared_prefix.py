@@ -7,7 +7,7 @@ from genembed.encoders import generate_soft_tokens
 from genembed.encoders.core import embed_prepared
 from genembed.encoders.prefix_cache import compute_prefix_states
 from genembed.encoders.prompts import encode_prompts
-from genembed.encoders.settings import EmbedSettings
+from genembed.encoders.settings import EmbedSettings, RunOptions
 from genembed.encoders.shared_prefix import embed_by_prefix, prefix_groups, rows_after_prefix
 from genembed.training.forward import tokenize_texts
 
@@ -80,7 +80,7 @@ def test_gradients_through_a_shared_prefix_equal_the_unshared_ones(tiny):
     grads = []
     for share in (False, True):
         tiny.model.zero_grad()
-        hidden = embed_prepared(tiny.model, batch, EmbedSettings(steps=3, share_prefix=share)).steps
+        hidden = embed_prepared(tiny.model, batch, EmbedSettings(steps=3), share_prefix=share).steps
         (hidden * torch.linspace(-1, 1, hidden.shape[-1])).sum().backward()
         grads.append(weight.grad.clone())
     assert grads[0].abs().sum() > 0
@@ -95,7 +95,7 @@ def test_the_prefix_is_computed_once_per_group(tiny):
     )
     try:
         with torch.no_grad():  # the training path: prefixes computed for this batch
-            embed_prepared(tiny.model, batch, EmbedSettings(steps=2, share_prefix=True))
+            embed_prepared(tiny.model, batch, EmbedSettings(steps=2), share_prefix=True)
     finally:
         handle.remove()
     # per group of several rows: the prefix at batch 1, the rest, 2 soft tokens; a single row: prefill, 2 steps
@@ -109,7 +109,7 @@ def test_embed_prepared_shares_prefixes_when_the_settings_ask(tiny):
     batch = _batch(tiny)
     with torch.no_grad():
         plain = embed_prepared(tiny.model, batch, EmbedSettings(steps=3)).steps
-        shared = embed_prepared(tiny.model, batch, EmbedSettings(steps=3, share_prefix=True)).steps
+        shared = embed_prepared(tiny.model, batch, EmbedSettings(steps=3), share_prefix=True).steps
     torch.testing.assert_close(shared, plain, rtol=1e-4, atol=1e-5)
 
 
@@ -123,7 +123,7 @@ def test_embed_prepared_shares_prefixes_when_the_settings_ask(tiny):
 )
 def test_settings_refuse_a_shared_prefix_where_it_does_not_apply(fields, message):
     with pytest.raises(ValueError, match=message):
-        EmbedSettings(share_prefix=True, **fields)
+        RunOptions(share_prefix=True).check(EmbedSettings(**fields))
 
 
 def test_a_prefix_as_long_as_a_prompt_is_refused(tiny):

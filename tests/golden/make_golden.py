@@ -87,7 +87,7 @@ def _training_forward_outputs(model) -> dict[str, np.ndarray]:
 
 
 def _embed_kv_outputs(model) -> dict[str, np.ndarray]:
-    from genembed.encoders.settings import EmbedSettings
+    from genembed.encoders.settings import EmbedSettings, IndexEmbedSettings
     from genembed.retrieval.kv_embed import encode_with_kv
 
     out: dict[str, np.ndarray] = {}
@@ -102,7 +102,8 @@ def _embed_kv_outputs(model) -> dict[str, np.ndarray]:
             keys, values = encoded.kv[0]
             out[key + "/keys"] = keys[:, :, :4, :4].float().numpy()
             out[key + "/values"] = values[:, :, -4:, :4].float().numpy()
-    centered = encode_with_kv(model.backbone, texts, EmbedSettings(steps=2, center=True), kind="query", keep_kv=False)
+    centred = IndexEmbedSettings(embed=EmbedSettings(steps=2), center=True)
+    centered = encode_with_kv(model.backbone, texts, centred, kind="query", keep_kv=False)
     out["embed_kv/gircse/center"] = centered.embeddings
     return out
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from genembed.encoders.settings import EmbedSettings
+from genembed.encoders.settings import EmbedSettings, IndexEmbedSettings
 from genembed.retrieval.grit_cache import grit_kv_source
 from genembed.retrieval.index_build import build_index
 from genembed.retrieval.kv_ops import build_cache, stacked_states
@@ -26,7 +26,8 @@ def grit_index(grit_model, tmp_path_factory):
     model = grit_model("mistral")
     folder = tmp_path_factory.mktemp("grit-index")
     docs = write_jsonl(folder / "docs.jsonl", DOCS)
-    config = EmbedSettings(method="grit", prompt_format="gritlm", query_instruction="", max_length=128)
+    embed = EmbedSettings(method="grit", prompt_format="gritlm", max_length=128)
+    config = IndexEmbedSettings(embed=embed, query_instruction="")
     index = build_index(
         model, [docs], folder / "index", settings=config, store_kv=True, kv_dtype="float32", show_progress_bar=False
     )

@@ -185,7 +185,7 @@ def test_a_new_instructions_calibration_texts_are_tokenized_on_the_event_loop(_t
     import asyncio
     import threading
 
-    from genembed.encoders import settings as settings_mod
+    from genembed.encoders import prompts as prompts_mod
     from genembed.encoders.prefix_cache import prefix_cache
     from genembed.serve import state as state_mod
     from genembed.serve.embeddings import embed_texts
@@ -200,7 +200,7 @@ def test_a_new_instructions_calibration_texts_are_tokenized_on_the_event_loop(_t
     async def go():
         state.start()
         await state.worker.run(state.warm_up)  # the named centers: computed by encode, on the model thread
-        monkeypatch.setattr(settings_mod, "encode_prompts", counted(settings_mod.encode_prompts))
+        monkeypatch.setattr(prompts_mod, "encode_prompts", counted(prompts_mod.encode_prompts))
         monkeypatch.setattr(state_mod, "encode_prompts", counted(state_mod.encode_prompts))
         before = (prefixes.hits, prefixes.misses)
         vectors, _ = await embed_texts(state, ["A fresh task."], "Ad-hoc task.", field="input")

@@ -93,7 +93,7 @@ def test_single_pass_methods(serve_tiny, method):
 def test_each_text_is_tokenized_once_on_the_event_loop_not_on_the_model_thread(served, openai_client, monkeypatch):
     import threading
 
-    from genembed.encoders import settings as settings_mod
+    from genembed.encoders import prompts as prompts_mod
     from genembed.serve import state as state_mod
 
     calls = []
@@ -103,7 +103,7 @@ def test_each_text_is_tokenized_once_on_the_event_loop_not_on_the_model_thread(s
             calls.append((threading.current_thread().name, len(texts))) or (original(tokenizer, texts, **kw))
         )
 
-    monkeypatch.setattr(settings_mod, "encode_prompts", counted(settings_mod.encode_prompts))  # the encoder's
+    monkeypatch.setattr(prompts_mod, "encode_prompts", counted(prompts_mod.encode_prompts))  # the encoder's
     monkeypatch.setattr(state_mod, "encode_prompts", counted(state_mod.encode_prompts))  # the server's
     texts = ["a first sentence", "and a second one, a little longer"]
     response = openai_client.embeddings.create(input=texts, model="m", encoding_format="float")

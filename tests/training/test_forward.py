@@ -26,9 +26,11 @@ def _inputs(tokenizer, fmt="chat"):
     return q, d, batch.label_tensor()
 
 
-def _loss_and_grads(model, tokenizer, settings, loss=None, checkpoint_chunk=0):
+def _loss_and_grads(model, tokenizer, settings, loss=None, checkpoint_chunk=0, share_prefix=False):
     q, d, labels = _inputs(tokenizer)
-    objective = Objective(model, settings, loss or ICRLoss(0.05, 1.0), checkpoint_chunk=checkpoint_chunk)
+    objective = Objective(
+        model, settings, loss or ICRLoss(0.05, 1.0), checkpoint_chunk=checkpoint_chunk, share_prefix=share_prefix
+    )
     model.zero_grad(set_to_none=True)
     out = objective(q, d, labels)
     out["objective"].backward()
@@ -72,7 +74,7 @@ def test_shared_instruction_prefixes_give_the_same_loss_and_gradients(tiny, chun
             if "lora_B" in name:
                 p.normal_(0, 0.05)
     plain = _loss_and_grads(model, tiny.tokenizer, EmbedSettings(steps=3), checkpoint_chunk=chunk)
-    shared = _loss_and_grads(model, tiny.tokenizer, EmbedSettings(steps=3, share_prefix=True), checkpoint_chunk=chunk)
+    shared = _loss_and_grads(model, tiny.tokenizer, EmbedSettings(steps=3), checkpoint_chunk=chunk, share_prefix=True)
     assert shared[0] == pytest.approx(plain[0], rel=1e-5)
     for name, grad in plain[1].items():
         assert grad.abs().sum() > 0, name

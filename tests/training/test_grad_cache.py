@@ -149,16 +149,16 @@ def test_grad_cache_gives_the_whole_batch_loss_and_gradients(tiny, method, loss,
 def test_grad_cache_replays_dropout_so_the_gradient_matches_its_own_forward(tiny, monkeypatch):
     # with dropout, the re-run must draw the same masks as the cached pass: the loss gradient then
     # equals the gradient of the loss of the very embeddings that were cached
-    import genembed.training.grad_cache as gc
+    import genembed.training.objective as objective_mod
 
     seen = []
 
-    def recording_embed(*args):
-        out = embed_batch(*args)
+    def recording_embed(*args, **kwargs):
+        out = embed_batch(*args, **kwargs)
         seen.append(out.detach().clone())
         return out
 
-    monkeypatch.setattr(gc, "embed_batch", recording_embed)
+    monkeypatch.setattr(objective_mod, "embed_batch", recording_embed)  # what Objective.embed runs
     model = _active_lora(tiny, dropout=0.3)
     objective = Objective(model, EmbedSettings(steps=2), ICRLoss(0.05, 1.0))
     q, d, labels = _batch(tiny.tokenizer, "chat")

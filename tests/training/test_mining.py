@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from genembed.encoders.embedder import encode_texts
-from genembed.encoders.settings import EmbedSettings
+from genembed.encoders.settings import EmbedSettings, RunOptions
 from genembed.training.data import DataError, build_contrastive_batch, read_contrastive
 from genembed.training.mining import mine_negatives, normalize_text, select_negatives
 
@@ -21,7 +21,7 @@ CLASSES = {
     "anger": ["This makes me furious.", "I am so angry now.", "Stop yelling at me.", "That was outrageous."],
     "sadness": ["I miss my old friends.", "The news made me cry.", "I feel so lonely.", "It was a sad ending."],
 }
-OPTIONS = EmbedSettings(method="gircse", steps=2, batch_size=4)
+OPTIONS = EmbedSettings(method="gircse", steps=2)
 
 
 def _write(path: Path, rows: list) -> Path:
@@ -47,7 +47,9 @@ def _labelled(tmp_path: Path) -> Path:
 def _mine(model, inputs, out, **kw):
     kw.setdefault("depth", 100)
     kw.setdefault("margin", 0)  # off unless a test turns it on
-    return mine_negatives(model, inputs, out, options=OPTIONS, show_progress_bar=False, **kw)
+    return mine_negatives(
+        model, inputs, out, options=OPTIONS, run=RunOptions(batch_size=4), show_progress_bar=False, **kw
+    )
 
 
 def _read(path: Path) -> list[dict]:

@@ -71,11 +71,12 @@ def encode(
     from genembed._files import DamagedFileError
     from genembed.encoders.corpus import encode_corpus
     from genembed.encoders.output import OutputPipeline
+    from genembed.encoders.settings import RunOptions
 
     if not input_path.is_file():
         fail(f"input file not found: {input_path}")
     given = {"method": method, "steps": steps, "attention": attention, "prompt_format": prompt_format}
-    given |= {"max_length": max_length, "batch_size": batch_size}
+    given["max_length"] = max_length
     check_settings(**given)
     loaded = load_model(model, adapter, dtype, center, device)  # auto: cuda:LOCAL_RANK where there is CUDA
     settings = model_settings(loaded, **given)
@@ -87,6 +88,7 @@ def encode(
             settings,
             instruction=instruction,
             output=OutputPipeline.of(loaded, normalize=normalize),
+            run=RunOptions(batch_size=batch_size),
             shard_size=shard_size,
             text_field=text_field,
             id_field=id_field,

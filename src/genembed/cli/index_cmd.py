@@ -113,6 +113,7 @@ def build(
     kv_dir: Annotated[Path | None, typer.Option("--kv-dir", help="Milvus: folder for KV states")] = None,
 ) -> None:
     """Chunk, embed and index SOURCES. Rerun the same command after an interruption to resume."""
+    from genembed.encoders.settings import IndexEmbedSettings
     from genembed.retrieval.faiss_factory import parse_search_params
     from genembed.retrieval.index_build import build_index
     from genembed.retrieval.kv_store import resolve_kv_dtype
@@ -129,7 +130,9 @@ def build(
     except ValueError as exc:
         _fail(str(exc))
     loaded = load_model(model, adapter, dtype, center, device, generator)
-    settings = model_settings(loaded, **given).replace(center=loaded.center, truncate_dim=loaded.truncate_dim)
+    settings = IndexEmbedSettings(
+        embed=model_settings(loaded, **given), center=loaded.center, truncate_dim=loaded.truncate_dim
+    )
     try:
         index = build_index(
             loaded,

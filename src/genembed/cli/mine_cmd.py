@@ -72,7 +72,9 @@ def mine_negatives(
         if not path.is_file():
             fail(f"input file not found: {path}")
     loaded = load_model(model, adapter, dtype, center, device)
-    options = model_settings(loaded, method=method, steps=steps, batch_size=batch_size)
+    from genembed.encoders.settings import RunOptions
+
+    options = model_settings(loaded, method=method, steps=steps)
     try:
         result = mine(
             loaded,
@@ -81,6 +83,7 @@ def mine_negatives(
             symmetric=symmetric,
             doc_instruction=doc_instruction,
             options=options,
+            run=RunOptions(batch_size=batch_size),
             query_max_length=query_max_length,
             doc_max_length=doc_max_length,
             depth=top,

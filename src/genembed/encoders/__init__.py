@@ -27,9 +27,9 @@ _MODULES = {  # submodule -> the names it exports here
     ),
     "output": ("OutputPipeline",),
     "pooling": ("last_token_pool", "masked_mean"),
-    "prompts": ("EncodedPrompt", "PROMPT_FORMATS", "encode_prompts", "prompt_spans"),
+    "prompts": ("EncodedPrompt", "PROMPT_FORMATS", "encode_prompts", "prompt_spans", "tokenize"),
     "quantize": ("PRECISIONS", "quantize_embeddings"),
-    "settings": ("EmbedSettings",),
+    "settings": ("EmbedSettings", "IndexEmbedSettings", "OutputSettings", "RunOptions"),
     "similarity": ("SIMILARITY_FUNCTIONS", "similarity", "similarity_pairwise"),
     "soft_tokens": ("SoftTokenOutput", "generate_soft_tokens", "output_head"),
 }

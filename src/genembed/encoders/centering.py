@@ -43,6 +43,7 @@ import torch
 
 from . import center_files
 from .embedder import encode_texts
+from .methods import method_rules
 from .settings import EMBEDDING_FIELDS, EmbedSettings
 
 __all__ = [
@@ -88,7 +89,7 @@ def center_key(settings: EmbedSettings, instruction: str, *, all_steps: bool = F
     embeddings (:data:`~genembed.encoders.settings.EMBEDDING_FIELDS`; a single-pass method's step
     settings change nothing, so they are left out)."""
     fields = {name: getattr(settings, name) for name in EMBEDDING_FIELDS}
-    if not settings.rules.uses_steps:
+    if not method_rules(settings.method).uses_steps:
         for name in ("steps", "adaptive", "stop_tol"):
             fields.pop(name)
     return center_files.key_name({"instruction": instruction, "all_steps": all_steps, **fields})

@@ -14,7 +14,7 @@ from its :class:`~genembed.encoders.methods.MethodRules`:
 It runs with gradients (training) or without, on the transformers path or, for inference, on the
 CPU fast path (:mod:`genembed.encoders.fast_decoder`), and can keep the prompt's KV cache. Under causal
 attention the template and instruction before the text can be computed once
-(:mod:`genembed.encoders.shared_prefix`): per batch with ``settings.share_prefix`` (training), or once per
+(:mod:`genembed.encoders.shared_prefix`): per batch with ``share_prefix`` (training), or once per
 instruction with a ``prefixes`` lookup (inference; :mod:`genembed.encoders.prefix_cache`).
 """
 
@@ -29,6 +29,7 @@ import torch
 from ..backbone.attention import run_decoder
 from .batching import Batch
 from .fast_decoder import FastDecoder
+from .methods import method_rules
 from .pooling import last_token_pool, masked_mean, running_means
 from .prefix_cache import PrefixStates, compute_prefix_states
 from .settings import EmbedSettings
@@ -73,6 +74,7 @@ def embed_prepared(
     keep_kv: bool = False,
     fast: FastDecoder | None = None,
     prefixes: PrefixLookup | None = None,
+    share_prefix: bool = False,
 ) -> BatchEmbeddings:
     """Embed one prepared batch.
 
@@ -84,12 +86,14 @@ def embed_prepared(
         fast: the inference fast path of ``model`` (:meth:`FastDecoder.build`), or None for transformers.
         prefixes: prefix ids -> their states (:meth:`~genembed.encoders.prefix_cache.PrefixCache.lookup`):
             every row runs after its cached prefix (causal attention only). None: with
-            ``settings.share_prefix`` each prefix is computed once for this batch, else prompts run whole.
+            ``share_prefix`` each prefix is computed once for this batch, else prompts run whole.
+        share_prefix: compute each prefix once for this batch (causal attention; same embeddings up to
+            rounding; :attr:`~genembed.encoders.settings.RunOptions.share_prefix`).
     """
-    rules = settings.rules
+    rules = method_rules(settings.method)
     if not rules.uses_steps and rules.pooling not in _SINGLE_PASS_POOLING:
         raise ValueError(f"single-pass pooling must be one of {tuple(_SINGLE_PASS_POOLING)}, got {rules.pooling!r}")
-    shared = settings.attention == "causal" and not keep_kv and (prefixes is not None or settings.share_prefix)
+    shared = settings.attention == "causal" and not keep_kv and (prefixes is not None or share_prefix)
     if not shared:
         return _embed(model, batch, settings, keep_kv=keep_kv, fast=fast)
 
@@ -114,7 +118,7 @@ def _embed(
     prefix: PrefixStates | None = None,
 ) -> BatchEmbeddings:
     """Embed rows, all of them after ``prefix`` when one is given."""
-    rules = settings.rules
+    rules = method_rules(settings.method)
     causal = settings.attention == "causal"
     stop_tol = settings.stop_tol if settings.adaptive else None
     if rules.uses_steps:

@@ -45,7 +45,7 @@ from .._files import (
 )
 from .embedder import encode_texts
 from .output import OutputPipeline
-from .settings import EMBEDDING_FIELDS, EmbedSettings
+from .settings import EMBEDDING_FIELDS, EmbedSettings, RunOptions
 
 __all__ = [
     "CorpusResult",
@@ -148,6 +148,7 @@ def encode_corpus(
     *,
     instruction: str = "",
     output: OutputPipeline | None = None,
+    run: RunOptions | None = None,
     shard_size: int = 4096,
     text_field: str = "text",
     id_field: str = "id",
@@ -168,6 +169,8 @@ def encode_corpus(
             centring, ``truncate_dim``, normalisation), as :meth:`genembed.GenerativeEmbedder.encode`
             does; ``OutputPipeline.of(model)`` for a model's own. None: normalised only. Shards are
             float32: a ``precision`` other than ``float32`` is refused.
+        run: the speed switches (batch size, ...; :class:`~genembed.encoders.settings.RunOptions`; None:
+            those given to ``settings``, else the defaults).
         shard_size: records per shard; also the granularity of resuming and of data parallelism.
         text_field, id_field, title_field: record fields (``title_field`` None to ignore titles).
         model_name: recorded in ``config.json`` so a rerun with another model is refused.
@@ -199,6 +202,7 @@ def encode_corpus(
             world=world,
             instruction=instruction,
             output=output,
+            run=RunOptions.of(settings) if run is None else run,
             shard_size=shard_size,
             fields=(text_field, id_field, title_field),
             model_name=model_name or backbone.name,
@@ -217,6 +221,7 @@ def _encode_shards(
     world: int,
     instruction: str,
     output: OutputPipeline,
+    run: RunOptions,
     shard_size: int,
     fields: tuple[str, str, str | None],
     model_name: str,
@@ -268,7 +273,9 @@ def _encode_shards(
     with bar:
         for shard in todo:
             ids, texts = _take_shard(records, shard, shard_size)
-            embeddings, _ = encode_texts(backbone, texts, settings, instruction=instruction, show_progress_bar=False)
+            embeddings, _ = encode_texts(
+                backbone, texts, settings, run=run, instruction=instruction, show_progress_bar=False
+            )
             embeddings = output(backbone, embeddings, settings, instruction)
             npy, ids_path = _shard_paths(out_dir, shard)
             atomic_write_json(ids_path, ids, indent=None)

@@ -3,7 +3,8 @@
 ``encode`` spells its keywords as sentence-transformers does (``prompt``, ``prompt_name``, ``batch_size``,
 ``normalize_embeddings``, ``convert_to_numpy``, ``precision``, ``truncate_dim``, ...). The others are
 overrides of the model's settings (:class:`~genembed.encoders.settings.EmbedSettings` fields such as
-``steps`` or ``method``, and ``center``), given as keywords (:class:`EncodeOverrides`), or genembed's own
+``steps`` or ``method``, :class:`~genembed.encoders.settings.RunOptions` speed switches such as
+``batch_tokens``, and ``center``), given as keywords (:class:`EncodeOverrides`), or genembed's own
 spelling of a sentence-transformers keyword (:data:`ALIASES`: ``instruction`` is ``prompt``,
 ``normalize`` is ``normalize_embeddings``), or ``tokenized`` (the texts' prompts already tokenized;
 :data:`INPUTS`). The few that are none of these ``encode`` declares itself: ``settings`` (a whole settings
@@ -30,10 +31,10 @@ ALIASES = {"instruction": "prompt", "normalize": "normalize_embeddings"}
 INPUTS = ("tokenized",)
 _FORMER = {"prompts": "tokenized"}
 
-# the settings one encode call may change: the EmbedSettings fields marked "call", the keywords
-# EmbedSettings.build takes besides them (``max_steps`` of steps="auto") and the output pipeline's
-# ``center`` (its other fields are encode's own keywords); training-only and index-only fields are not
-# among them
+# the settings one encode call may change: the EmbedSettings and RunOptions fields marked "call", the
+# keywords EmbedSettings.build takes besides them (``max_steps`` of steps="auto") and the output
+# settings' ``center`` (their other fields are encode's own keywords); training-only and index-only
+# fields are not among them
 SETTING_OVERRIDES = (*fields_for("call"), *build_keywords(), "center")
 
 

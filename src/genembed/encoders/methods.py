@@ -21,6 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# the methods' defaults are declared with every other encoding default (re-exported here)
+from .defaults import DEFAULT_MAX_STEPS, DEFAULT_METHOD, DEFAULT_STEPS, DEFAULT_TAU
+
 __all__ = [
     "DEFAULT_MAX_STEPS",
     "DEFAULT_METHOD",
@@ -85,10 +88,8 @@ METHOD_RULES: dict[str, MethodRules] = {
     )
 }
 METHODS = tuple(METHOD_RULES)
-DEFAULT_METHOD = METHODS[0]  # gircse, what the shipped adapter was trained for
-DEFAULT_STEPS = 5  # soft tokens K when none are asked for (what the shipped adapter was trained with)
-DEFAULT_TAU = 1.0  # soft-token softmax temperature (GIRCSE's)
-DEFAULT_MAX_STEPS = 20  # adaptive steps (``steps="auto"``) stop at this K; the server's highest K
+if DEFAULT_METHOD not in METHOD_RULES:  # genembed.encoders.defaults names a method of this table
+    raise ImportError(f"DEFAULT_METHOD {DEFAULT_METHOD!r} is not one of {METHODS}")
 
 
 def method_rules(method: str) -> MethodRules:

@@ -8,8 +8,9 @@ so the file's fields are this class's. The settings of one ``encode`` call are d
 the steps after the core (:attr:`ModelSettings.output`: centring and ``truncate_dim``).
 
 Runtime switches (batch size, device, dtype, caches) are not settings of the model: they are ``encode``'s
-keywords and :class:`~genembed.encoders.settings.EmbedSettings`' speed fields. An index records its own
-settings in its manifest (:meth:`EmbedSettings.to_dict`).
+keywords (:class:`~genembed.encoders.settings.RunOptions`). An index records its own settings in its
+manifest (:class:`~genembed.encoders.settings.IndexEmbedSettings`). One ``encode`` call's settings, one
+object per concern, are :meth:`ModelSettings.call_settings`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from .defaults import DEFAULT_MAX_LENGTH
 from .instructions import check_prompts, default_prompts
 from .methods import DEFAULT_METHOD, DEFAULT_STEPS, DEFAULT_TAU, method_rules
 from .output import OutputPipeline
-from .settings import EmbedSettings, fields_for, override_fields
+from .settings import CallSettings, EmbedSettings, IndexEmbedSettings, OutputSettings, fields_for, override_fields
 from .similarity import check_similarity_fn
 
 __all__ = ["ModelSettings"]
@@ -62,7 +63,7 @@ class ModelSettings:
 
     def __post_init__(self) -> None:
         self.embed_settings()  # checks method, steps, attention, prompt format, tau and max_length
-        self.output  # noqa: B018  # checks center and truncate_dim
+        OutputSettings(center=self.center, truncate_dim=self.truncate_dim)  # checks center and truncate_dim
         object.__setattr__(self, "prompts", check_prompts(self.prompts))
         if self.default_prompt_name is not None and self.default_prompt_name not in self.prompts:
             names = sorted(self.prompts)
@@ -89,8 +90,21 @@ class ModelSettings:
         fields that an encode call may change, changed by ``changes``
         (:func:`~genembed.encoders.settings.override_fields`: None keeps the model's; another method brings
         its own attention and prompt format)."""
-        own = {name: getattr(self, name) for name in self.fields_in(_ENCODE) if name in fields_for("call")}
-        return EmbedSettings.build(**override_fields(own, changes))
+        return EmbedSettings.build(**override_fields(self._call_fields(), changes))
+
+    def call_settings(
+        self, settings: EmbedSettings | IndexEmbedSettings | None, changes: Mapping[str, Any]
+    ) -> CallSettings:
+        """The :class:`~genembed.encoders.settings.CallSettings` of one ``encode`` call, checked before any
+        work: these settings' (or ``settings``, a whole :class:`~genembed.encoders.settings.EmbedSettings`)
+        and their centring and ``truncate_dim``, with ``changes`` by name (None keeps a field; speed
+        switches and output steps included: ``batch_size``, ``precision``, ...)."""
+        output = OutputSettings(center=self.center, truncate_dim=self.truncate_dim)
+        return CallSettings.build(self._call_fields() if settings is None else settings, output, changes)
+
+    def _call_fields(self) -> dict[str, Any]:
+        """These settings' fields an encode call may change (the ones an EmbedSettings takes)."""
+        return {name: getattr(self, name) for name in self.fields_in(_ENCODE) if name in fields_for("call")}
 
     def replace(self, **changes: Any) -> ModelSettings:
         """A copy with ``changes`` (checked again)."""

@@ -4,9 +4,11 @@ sentence-transformers makes these steps modules of its pipeline (``Normalize`` a
 in ``modules.json``) and ``encode`` applies ``truncate_dim``, normalisation and ``precision`` after
 them, in that order. genembed does the same with one :class:`OutputPipeline`, built once from the
 model's settings and the caller's choices, and used by every path that turns raw embeddings into the
-vectors a user sees: ``model.encode``, the server (:mod:`genembed.serve.state`), corpus shards
-(:mod:`genembed.encoders.corpus`), index builds and queries (:mod:`genembed.retrieval.kv_embed`) and
-evaluation (:mod:`genembed.eval.encoding`, which centres after its cache of raw embeddings).
+vectors a user sees: ``model.encode`` (:func:`apply_output`, after the core: the call's
+:class:`~genembed.encoders.settings.OutputSettings` were checked when its settings were built), the
+server (:mod:`genembed.serve.state`), corpus shards (:mod:`genembed.encoders.corpus`), index builds and
+queries (:mod:`genembed.retrieval.kv_embed`) and evaluation (:mod:`genembed.eval.encoding`, which
+centres after its cache of raw embeddings).
 
 The steps:
 
@@ -19,37 +21,71 @@ The steps:
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from .quantize import check_precision, quantize_embeddings
-from .settings import EmbedSettings, check_truncate_dim
+from .quantize import quantize_embeddings
+from .settings import EmbedSettings, IndexEmbedSettings, OutputSettings
 
-__all__ = ["RAW_NORMALISED", "OutputPipeline"]
+__all__ = ["RAW_NORMALISED", "OutputPipeline", "apply_output"]
 
 
-@dataclass(frozen=True)
-class OutputPipeline:
-    """What happens to raw embeddings before a caller sees them (see the module docstring).
+def shift(
+    output: OutputSettings, backbone: Any, settings: Any, instruction: str, *, all_steps: bool = False
+) -> torch.Tensor | None:
+    """The center to subtract for ``instruction`` (looked up or computed), or None without centring."""
+    if not output.center:
+        return None
+    from .centering import instruction_center  # centering encodes: imported when a center is needed
+
+    return instruction_center(backbone, settings, instruction, all_steps=all_steps)
+
+
+def apply(output: OutputSettings, embeddings: torch.Tensor, shift: torch.Tensor | None = None) -> torch.Tensor:
+    """Centre (by ``shift``, when given), truncate, normalise and quantise raw embeddings ``(..., D)``.
+
+    Returns float32 embeddings, or for another precision the quantised values as a tensor."""
+    embeddings = embeddings.float()
+    if shift is not None and embeddings.numel():
+        embeddings = torch.nn.functional.normalize(embeddings, dim=-1) - shift.float()
+    if output.truncate_dim is not None:
+        embeddings = embeddings[..., : output.truncate_dim]
+    if output.normalize and embeddings.numel():
+        embeddings = torch.nn.functional.normalize(embeddings, dim=-1)
+    if output.precision != "float32":
+        embeddings = torch.from_numpy(quantize_embeddings(embeddings, output.precision))
+    return embeddings
+
+
+def apply_output(
+    output: OutputSettings,
+    backbone: Any,
+    embeddings: torch.Tensor,
+    settings: EmbedSettings,
+    instruction: str,
+    *,
+    all_steps: bool = False,
+) -> torch.Tensor:
+    """The pipeline ``output`` asks for (already checked, e.g. a call's
+    :attr:`~genembed.encoders.settings.CallSettings.output`), applied to raw ``embeddings`` made with
+    ``settings`` (an :class:`~genembed.encoders.settings.EmbedSettings`) and ``instruction``: centre (the
+    instruction's center, when centring), truncate, normalise, quantise."""
+    return apply(output, embeddings, shift(output, backbone, settings, instruction, all_steps=all_steps))
+
+
+class OutputPipeline(OutputSettings):
+    """What happens to raw embeddings before a caller sees them (see the module docstring): the
+    :class:`~genembed.encoders.settings.OutputSettings` (checked when made) and the steps that apply them
+    (``pipeline.apply(embeddings, shift)``, ``pipeline(backbone, embeddings, settings, instruction)``).
 
     Raises:
         ValueError: ``center`` or ``normalize`` not a bool, a bad ``truncate_dim`` or ``precision``.
     """
 
-    center: bool = False  # subtract the instruction's center (genembed.encoders.centering)
-    truncate_dim: int | None = None  # keep the first truncate_dim dimensions (None: all)
-    normalize: bool = True  # L2-normalise (after truncation)
-    precision: str = "float32"  # float32, int8, uint8, binary or ubinary (genembed.encoders.quantize)
-
-    def __post_init__(self) -> None:
-        for name in ("center", "normalize"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        check_truncate_dim(self.truncate_dim)
-        check_precision(self.precision)
+    shift = shift
+    apply = apply
+    __call__ = apply_output
 
     @classmethod
     def of(cls, model: Any, **changes: Any) -> OutputPipeline:
@@ -59,53 +95,14 @@ class OutputPipeline:
         return own.replace(**changes)
 
     @classmethod
-    def of_index(cls, settings: EmbedSettings) -> OutputPipeline:
+    def of_index(cls, settings: IndexEmbedSettings | EmbedSettings) -> OutputPipeline:
         """The pipeline of an index (its manifest's ``center`` and ``truncate_dim``; normalised)."""
-        return cls(center=settings.center, truncate_dim=settings.truncate_dim)
-
-    def replace(self, **changes: Any) -> OutputPipeline:
-        """A copy with the ``changes`` that are not None (checked again)."""
-        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+        index = IndexEmbedSettings.of(settings)
+        return cls(center=index.center, truncate_dim=index.truncate_dim)
 
     def dim(self, full: int) -> int:
         """The length of the vectors out of a core of ``full`` dimensions."""
         return min(full, self.truncate_dim) if self.truncate_dim else full
-
-    def shift(self, backbone: Any, settings: Any, instruction: str, *, all_steps: bool = False) -> torch.Tensor | None:
-        """The center to subtract for ``instruction`` (looked up or computed), or None without centring."""
-        if not self.center:
-            return None
-        from .centering import instruction_center  # centering encodes: imported when a center is needed
-
-        return instruction_center(backbone, settings, instruction, all_steps=all_steps)
-
-    def apply(self, embeddings: torch.Tensor, shift: torch.Tensor | None = None) -> torch.Tensor:
-        """Centre (by ``shift``, when given), truncate, normalise and quantise raw embeddings ``(..., D)``.
-
-        Returns float32 embeddings, or for another precision the quantised values as a tensor."""
-        embeddings = embeddings.float()
-        if shift is not None and embeddings.numel():
-            embeddings = torch.nn.functional.normalize(embeddings, dim=-1) - shift.float()
-        if self.truncate_dim is not None:
-            embeddings = embeddings[..., : self.truncate_dim]
-        if self.normalize and embeddings.numel():
-            embeddings = torch.nn.functional.normalize(embeddings, dim=-1)
-        if self.precision != "float32":
-            embeddings = torch.from_numpy(quantize_embeddings(embeddings, self.precision))
-        return embeddings
-
-    def __call__(
-        self,
-        backbone: Any,
-        embeddings: torch.Tensor,
-        settings: EmbedSettings,
-        instruction: str,
-        *,
-        all_steps: bool = False,
-    ) -> torch.Tensor:
-        """:meth:`apply` with the instruction's center when centring (``settings``: the
-        :class:`~genembed.encoders.settings.EmbedSettings` the raw embeddings were made with)."""
-        return self.apply(embeddings, self.shift(backbone, settings, instruction, all_steps=all_steps))
 
 
 # raw embeddings L2-normalised and nothing else: what a center is the mean of

@@ -58,6 +58,7 @@ __all__ = [
     "gritlm_conversation",
     "prompt_spans",
     "split_around",
+    "tokenize",
     "split_ids",
 ]
 
@@ -221,6 +222,14 @@ def encode_prompts(
         start = len(prefix)
         encoded.append(EncodedPrompt([*prefix, *ids, *suffix], start, start + len(ids)))
     return encoded
+
+
+def tokenize(tokenizer: Any, texts: list[str], instruction: str, settings: Any) -> list[EncodedPrompt]:
+    """The texts' prompts as ``settings`` (an :class:`~genembed.encoders.settings.EmbedSettings`) build them:
+    in its prompt format, each cut to its ``max_length`` (:func:`encode_prompts`)."""
+    return encode_prompts(
+        tokenizer, texts, instruction=instruction, prompt_format=settings.prompt_format, max_length=settings.max_length
+    )
 
 
 def _encode_whole(

@@ -8,7 +8,7 @@ results come back in the batch's row order, equal to the unshared path's up to f
 (tested). One implementation serves both uses:
 
 - training: a contrastive batch embeds many texts under few instructions; each prefix is computed once
-  per batch, with gradients (``EmbedSettings.share_prefix``);
+  per batch, with gradients (``RunOptions.share_prefix``);
 - inference: the states come from the model's bounded
   :class:`~genembed.encoders.prefix_cache.PrefixCache`, computed once per instruction for every batch
   and request after it, on the fast path or the transformers path.

@@ -85,8 +85,8 @@ class GenembedEncoder:
             prompt_format=prompt_format,
             tau=model.tau,
             max_length=max_length,
-            batch_size=batch_size,
         )
+        self.batch_size = batch_size  # texts per forward pass (changes no embedding)
         self.views: tuple[int, ...] = self.steps if method_rules(method).uses_steps else ()
 
     @property
@@ -104,7 +104,7 @@ class GenembedEncoder:
         o = self.embed_settings
         out = {"model": self.model.backbone.name, "adapter": self.model.adapter, "method": o.method}
         out |= {"steps": list(self.steps) if method_rules(o.method).uses_steps else None, "attention": o.attention}
-        out |= {"prompt_format": o.prompt_format, "max_length": o.max_length, "batch_size": o.batch_size}
+        out |= {"prompt_format": o.prompt_format, "max_length": o.max_length, "batch_size": self.batch_size}
         out["center"] = self.center
         return out | {
             "tau": o.tau,
@@ -152,7 +152,7 @@ class GenembedEncoder:
             attention=o.attention,
             prompt_format=o.prompt_format,
             max_length=o.max_length,
-            batch_size=o.batch_size,
+            batch_size=self.batch_size,
             show_progress_bar=False,
             return_all_steps=all_steps,
             # raw embeddings (normalised, whole) for the cache; TextEmbedder applies self.output after it

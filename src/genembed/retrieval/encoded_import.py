@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..encoders.corpus import corpus_manifest, read_records
-from ..encoders.settings import EmbedSettings
+from ..encoders.settings import EmbedSettings, IndexEmbedSettings
 from .index_build import run_shards
 from .store import ChunkRecord, StoreLocation, VectorStore
 from .stores import create_index, index_settings, parse_location
@@ -36,8 +36,8 @@ __all__ = ["encoded_embed_config", "import_encoded"]
 _CONFIG = "config.json"
 
 
-def encoded_embed_config(encode_config: dict[str, Any], query_instruction: str | None = None) -> EmbedSettings:
-    """The :class:`EmbedSettings` that reproduces ``genembed encode``'s settings for queries.
+def encoded_embed_config(encode_config: dict[str, Any], query_instruction: str | None = None) -> IndexEmbedSettings:
+    """The index settings that reproduce ``genembed encode``'s settings for queries.
 
     Raises:
         ValueError: settings an index cannot use (adaptive steps, unnormalized embeddings).
@@ -46,19 +46,20 @@ def encoded_embed_config(encode_config: dict[str, Any], query_instruction: str |
         raise ValueError("the embeddings were made with adaptive GIRCSE steps; an index needs a fixed --steps")
     if not encode_config.get("normalize", True):
         raise ValueError("the embeddings were written with --no-normalize; an index needs normalized embeddings")
-    defaults = EmbedSettings()
-    return EmbedSettings(
+    embed = EmbedSettings(
         method=encode_config["method"],
         steps=int(encode_config["steps"]),
         attention=encode_config["attention"],
         prompt_format=encode_config.get("prompt_format", ""),
         tau=float(encode_config.get("tau", 1.0)),
         max_length=int(encode_config["max_length"]),
-        query_instruction=defaults.query_instruction if query_instruction is None else query_instruction,
+    )
+    return IndexEmbedSettings(
+        embed=embed,
         doc_instruction=encode_config.get("instruction", ""),
         center=bool(encode_config.get("center", False)),
         truncate_dim=encode_config.get("truncate_dim"),
-    )
+    ).replace(query_instruction=query_instruction)
 
 
 def import_encoded(

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..encoders.output import OutputPipeline
-from ..encoders.settings import EmbedSettings
+from ..encoders.settings import EmbedSettings, IndexEmbedSettings
 from ..generation.adapters import same_weights
 from ..generation.rag_prompt import RagPrompt
 from ..models.trained_for import warn_if_untrained
@@ -42,7 +42,7 @@ def build_index(
     sources: Sequence[str | Path],
     out: str | Path | StoreLocation,
     *,
-    settings: EmbedSettings | None = None,
+    settings: IndexEmbedSettings | EmbedSettings | None = None,
     chunk_tokens: int = 256,
     overlap: int = 32,
     store_kv: bool = False,
@@ -57,7 +57,7 @@ def build_index(
     index_params: dict[str, float] | None = None,
     search_params: dict[str, float] | None = None,
     kv_dir: str | Path | None = None,
-    config: EmbedSettings | None = None,
+    config: IndexEmbedSettings | EmbedSettings | None = None,
 ) -> VectorStore:
     """Read, chunk and embed ``sources`` into a new index at ``out`` (resuming an interrupted build).
 
@@ -66,8 +66,10 @@ def build_index(
         sources: JSONL / .txt / .md files or folders (see :mod:`genembed.retrieval.chunking`).
         out: where the index goes: a folder, ``milvus:./idx.db``, ``http://host:19530`` or a
             :class:`~genembed.retrieval.store.StoreLocation` (see :mod:`genembed.retrieval.stores`).
-        settings: embedding settings (default: the model's own, :meth:`~genembed.GenerativeEmbedder.embed_settings`,
-            with its centering, prompts up to ``chunk_tokens + 256`` tokens so that titles and the template fit).
+        settings: the index's settings, :class:`~genembed.encoders.settings.IndexEmbedSettings` (default: the
+            model's own, :meth:`~genembed.GenerativeEmbedder.embed_settings`, with its centering and
+            ``truncate_dim``, prompts up to ``chunk_tokens + 256`` tokens so that titles and the template
+            fit); an :class:`~genembed.encoders.settings.EmbedSettings` gets the index defaults.
         chunk_tokens: tokens of document text per chunk.
         overlap: tokens shared by consecutive chunks of a document.
         store_kv: also store each chunk's KV states from the generator's own causal pass (for doc
@@ -109,9 +111,9 @@ def build_index(
         warnings.warn("build_index(config=...) is deprecated: pass settings=...", DeprecationWarning, stacklevel=2)
         settings = config
     if settings is None:  # the model's own settings (what model.save recorded) and centering
-        settings = model.embed_settings(
-            max_length=chunk_tokens + _TEMPLATE_ROOM, center=model.center, truncate_dim=model.truncate_dim
-        )
+        own = model.embed_settings(max_length=chunk_tokens + _TEMPLATE_ROOM)
+        settings = IndexEmbedSettings(embed=own, center=model.center, truncate_dim=model.truncate_dim)
+    settings = IndexEmbedSettings.of(settings)
     trained_for, adapter = getattr(model, "trained_for", None), getattr(model, "adapter", None)
     warn_if_untrained(trained_for, adapter, settings.method, settings.attention)
     dim = OutputPipeline.of_index(settings).dim(model.dim)
@@ -269,7 +271,7 @@ def generation_states(
     ]
 
 
-def embedding_pass_reusable(model: Any, settings: EmbedSettings, prompt: RagPrompt, texts: list[str]) -> bool:
+def embedding_pass_reusable(model: Any, settings: IndexEmbedSettings, prompt: RagPrompt, texts: list[str]) -> bool:
     """Whether the chunks' embedding pass is the generator's own pass over ``head + passage segment``:
     same weights, causal attention, and every embedding prompt starting with those tokens."""
     if not same_weights(model) or settings.attention != "causal":

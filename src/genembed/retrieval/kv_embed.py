@@ -17,7 +17,8 @@ import torch
 
 from ..encoders.embedder import embed_prompts
 from ..encoders.output import OutputPipeline
-from ..encoders.settings import EmbedSettings
+from ..encoders.prompts import tokenize
+from ..encoders.settings import EmbedSettings, IndexEmbedSettings, RunOptions
 from .kv_ops import KV, stacked_states
 
 __all__ = ["EncodedTexts", "encode_with_kv"]
@@ -25,8 +26,8 @@ __all__ = ["EncodedTexts", "encode_with_kv"]
 
 @dataclass
 class EncodedTexts:
-    """``embeddings`` ``(n, D)`` L2-normalized float32 (centred and truncated as the index's settings say;
-    :attr:`~genembed.encoders.settings.EmbedSettings.output`); ``ids`` each text's prompt token ids; ``kv`` each
+    """``embeddings`` ``(n, D)`` L2-normalized float32 (centred and truncated as the index's settings say:
+    :class:`~genembed.encoders.settings.IndexEmbedSettings`); ``ids`` each text's prompt token ids; ``kv`` each
     text's ``(keys, values)`` ``(layers, kv_heads, len(ids), head_dim)`` (None unless asked for)."""
 
     embeddings: np.ndarray
@@ -38,7 +39,7 @@ class EncodedTexts:
 def encode_with_kv(
     backbone: Any,
     texts: list[str],
-    settings: EmbedSettings,
+    settings: IndexEmbedSettings | EmbedSettings,
     *,
     kind: str = "doc",
     keep_kv: bool = True,
@@ -50,15 +51,16 @@ def encode_with_kv(
     Args:
         backbone: a :class:`~genembed.backbone.loading.Backbone`.
         texts: the texts (for chunks: ``title + " " + text``).
-        settings: the index's embedding settings.
+        settings: the index's settings (an :class:`~genembed.encoders.settings.EmbedSettings`: its
+            defaults, or the index fields given to it the former way).
         kind: ``"doc"`` or ``"query"`` (chooses the instruction).
         keep_kv: return KV states (costs memory: see :func:`genembed.retrieval.kv_store.kv_bytes_per_token`).
         batch_size: texts per forward pass.
         kv_dtype: cast the returned states (e.g. ``torch.float16`` for storage).
     """
-    settings = settings.replace(batch_size=batch_size)
-    instruction = settings.instruction(kind)
-    prompts = settings.tokenize(backbone.tokenizer, texts, instruction)
+    index = IndexEmbedSettings.of(settings)
+    instruction = index.instruction(kind)
+    prompts = tokenize(backbone.tokenizer, texts, instruction, index.embed)
     kv: list[KV | None] = [None] * len(texts)
 
     def keep(indices: list[int], batch: Any, out: Any) -> None:
@@ -71,8 +73,11 @@ def encode_with_kv(
 
     # the transformers pass (not the CPU fast path) gives the KV states, and the embeddings with them;
     # without them the fast path and the cached instruction prefixes apply, as in encode
-    run = settings.replace(fast_path=False) if keep_kv else settings
+    run = RunOptions(batch_size=batch_size, fast_path=not keep_kv)
     callback = keep if keep_kv else None
-    embeddings, _ = embed_prompts(backbone, prompts, run, keep_kv=keep_kv, on_batch=callback, progress=False)
-    vectors = OutputPipeline.of_index(settings)(backbone, embeddings, settings, instruction).numpy().astype(np.float32)
+    embeddings, _ = embed_prompts(
+        backbone, prompts, index.embed, run=run, keep_kv=keep_kv, on_batch=callback, progress=False
+    )
+    output = OutputPipeline.of_index(index)
+    vectors = output(backbone, embeddings, index.embed, instruction).numpy().astype(np.float32)
     return EncodedTexts(vectors, [p.ids for p in prompts], kv if keep_kv else None)  # type: ignore[arg-type]

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..encoders.methods import method_rules
 from ..encoders.output import OutputPipeline
-from ..encoders.settings import EmbedSettings
+from ..encoders.settings import IndexEmbedSettings
 from ..generation.rag_prompt import RagPrompt
 from ..models.adapters import current_name
 from .kv_ops import KV
@@ -136,7 +136,7 @@ class VectorStore(Protocol):
     def dim(self) -> int: ...
 
     @property
-    def settings(self) -> EmbedSettings: ...
+    def settings(self) -> IndexEmbedSettings: ...
 
     @property
     def has_kv(self) -> bool: ...
@@ -236,12 +236,12 @@ class ManifestQueries:
         return RagPrompt.from_dict(stored) if stored else RagPrompt()
 
     @property
-    def settings(self) -> EmbedSettings:
+    def settings(self) -> IndexEmbedSettings:
         """How chunks were embedded; queries must be embedded the same way (:meth:`encode_queries`)."""
-        return EmbedSettings.from_dict(self.manifest["embed"])
+        return IndexEmbedSettings.from_dict(self.manifest["embed"])
 
     @property
-    def config(self) -> EmbedSettings:
+    def config(self) -> IndexEmbedSettings:
         """The former name of :attr:`settings` (deprecated; warns)."""
         warnings.warn("a store's .config is deprecated: use .settings", DeprecationWarning, stacklevel=2)
         return self.settings

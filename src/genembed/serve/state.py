@@ -17,7 +17,7 @@ from ..encoders.centering import calibration_texts, center_cache, center_key, in
 from ..encoders.embedder import encode_texts
 from ..encoders.output import RAW_NORMALISED, OutputPipeline
 from ..encoders.prompts import EncodedPrompt, encode_prompts
-from ..encoders.settings import EmbedSettings
+from ..encoders.settings import EmbedSettings, RunOptions
 from ..models.trained_for import warn_if_untrained
 from .batcher import EmbeddingBatcher
 from .centers import CalibrationKey, CenterScheduler
@@ -61,6 +61,7 @@ class ServingState:
         self.batcher: EmbeddingBatcher | None = None
         self.centers: CenterScheduler | None = None
         self._settings_by_steps: dict[int | str, EmbedSettings] = {}
+        self.run = RunOptions(batch_size=settings.encode_batch_size)  # the speed switches of every batch
         # The model thread tokenizes with the model's tokenizer; a fast tokenizer must not be used by
         # two threads at once, so the event loop counts tokens with its own copy.
         self.tokenizer = copy.deepcopy(model.backbone.tokenizer)
@@ -142,7 +143,6 @@ class ServingState:
                 steps=steps,
                 prompt_format=s.prompt_format,
                 max_length=s.max_input_tokens,
-                batch_size=s.encode_batch_size,
                 max_steps=s.max_steps,
             )
         return found
@@ -171,6 +171,7 @@ class ServingState:
             self.model.backbone,
             [text for text, _ in items],
             self.embed_settings(key.steps),
+            run=self.run,
             instruction=key.instruction,
             prompts=[prompt for _, prompt in items],
             show_progress_bar=False,

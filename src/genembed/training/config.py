@@ -24,7 +24,7 @@ import yaml
 
 from ..encoders.methods import METHODS, method_rules
 from ..encoders.prompts import PROMPT_FORMATS
-from ..encoders.settings import EmbedSettings, fields_for
+from ..encoders.settings import EmbedSettings, RunOptions, fields_for
 from .data.sampler import FILE_ORDERS
 from .data.single import SINGLE_INSTRUCTIONS
 from .losses.generative import GENERATIVE_LOSSES
@@ -100,28 +100,37 @@ class LoraSettings:
 def _embedding_settings(section: Any) -> EmbedSettings:
     """The :class:`~genembed.encoders.settings.EmbedSettings` an ``embedding:`` section describes (the
     prompt lengths stay in the section: queries and documents have their own)."""
-    values = {name: getattr(section, name) for name in _EMBEDDING_KEYS}
+    values = {name: getattr(section, name) for name in _EMBEDDING_KEYS if name in EmbedSettings.__dataclass_fields__}
     if method_rules(section.method).fixed_attention:  # validate() refuses another attention for it
         values["attention"] = None
     return EmbedSettings(**values)
 
 
-# The YAML ``embedding:`` section: these fields of EmbedSettings (their meaning and defaults are
-# documented there; attention is written out as "causal" rather than None, as saved runs hold it) plus
-# the prompt lengths of queries and documents. ``EmbeddingConfig.settings()`` gives the EmbedSettings.
+def _run_options(section: Any) -> RunOptions:
+    """The :class:`~genembed.encoders.settings.RunOptions` an ``embedding:`` section holds (``share_prefix``),
+    checked against its settings."""
+    values = {name: getattr(section, name) for name in _EMBEDDING_KEYS if name in RunOptions.__dataclass_fields__}
+    return RunOptions(**values).check(_embedding_settings(section))
+
+
+# The YAML ``embedding:`` section: these fields of EmbedSettings and RunOptions (their meaning and
+# defaults are documented there; attention is written out as "causal" rather than None, as saved runs
+# hold it) plus the prompt lengths of queries and documents. ``EmbeddingConfig.settings()`` gives the
+# EmbedSettings, ``EmbeddingConfig.run_options()`` the RunOptions.
 _EMBEDDING_KEYS = fields_for("train")
 EmbeddingConfig = dataclasses.make_dataclass(
     "EmbeddingConfig",
     [
         *(
             (f.name, f.type, field(default="causal" if f.name == "attention" else f.default))
-            for f in dataclasses.fields(EmbedSettings)
+            for cls in (EmbedSettings, RunOptions)
+            for f in dataclasses.fields(cls)
             if f.name in _EMBEDDING_KEYS
         ),
         ("query_max_length", "int", field(default=64)),  # tokens per query prompt (instruction and template)
         ("doc_max_length", "int", field(default=128)),  # tokens per document prompt
     ],
-    namespace={"settings": _embedding_settings},
+    namespace={"settings": _embedding_settings, "run_options": _run_options},
 )
 EmbeddingConfig.__module__ = __name__
 
@@ -388,9 +397,9 @@ def validate(config: RunConfig) -> None:
     fixed = method_rules(config.embedding.method).fixed_attention
     if fixed and config.embedding.attention != "causal":
         raise ConfigError(f"embedding.attention does not apply to {config.embedding.method} (it is always {fixed})")
-    if config.embedding.share_prefix:  # EmbedSettings holds the rule; its messages start with the field's name
+    if config.embedding.share_prefix:  # RunOptions holds the rule; its messages start with the field's name
         try:
-            config.embedding.settings()
+            config.embedding.run_options()
         except ValueError as exc:
             raise ConfigError(f"embedding.{exc}") from exc
     teacher_terms = [name for name in active_terms(config.loss) if LOSSES[name].teacher]

@@ -58,18 +58,27 @@ def tokenize_texts(
 
 
 def _embed_tensors(
-    model: Any, settings: EmbedSettings, input_ids: torch.Tensor, attention_mask: torch.Tensor, text_mask: torch.Tensor
+    model: Any,
+    settings: EmbedSettings,
+    share_prefix: bool,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    text_mask: torch.Tensor,
 ) -> torch.Tensor:
-    return embed_prepared(model, Batch(input_ids, attention_mask, text_mask), settings).steps  # (B, K, D)
+    batch = Batch(input_ids, attention_mask, text_mask)
+    return embed_prepared(model, batch, settings, share_prefix=share_prefix).steps  # (B, K, D)
 
 
-def embed_batch(model: Any, batch: Batch, settings: EmbedSettings, checkpoint_chunk: int = 0) -> torch.Tensor:
+def embed_batch(
+    model: Any, batch: Batch, settings: EmbedSettings, checkpoint_chunk: int = 0, *, share_prefix: bool = False
+) -> torch.Tensor:
     """Training embeddings ``(B, K, D)`` (``K = 1`` for the single-pass methods), differentiable;
     ``checkpoint_chunk`` > 0 recomputes chunks of this many texts in the backward pass (gradient
-    checkpointing: the same values and gradients, less memory)."""
+    checkpointing: the same values and gradients, less memory); ``share_prefix`` computes each
+    instruction's prefix once per batch (:attr:`~genembed.encoders.settings.RunOptions.share_prefix`)."""
     chunk = checkpoint_chunk
     if chunk <= 0 or not torch.is_grad_enabled():
-        return _embed_tensors(model, settings, batch.input_ids, batch.attention_mask, batch.text_mask)
+        return _embed_tensors(model, settings, share_prefix, batch.input_ids, batch.attention_mask, batch.text_mask)
     parts = []
     for start in range(0, batch.input_ids.shape[0], chunk):
         rows = slice(start, start + chunk)
@@ -78,6 +87,7 @@ def embed_batch(model: Any, batch: Batch, settings: EmbedSettings, checkpoint_ch
                 _embed_tensors,
                 model,
                 settings,
+                share_prefix,
                 batch.input_ids[rows],
                 batch.attention_mask[rows],
                 batch.text_mask[rows],

@@ -25,7 +25,6 @@ import torch
 
 from ..encoders.batching import Batch
 from .data.generative import GenerativeBatch
-from .forward import embed_batch
 from .objective import Objective
 
 __all__ = ["grad_cache_single", "grad_cache_step", "length_sorted", "split_batch"]
@@ -144,13 +143,12 @@ def _cached_backward(
     """Embed ``parts`` without gradients, backpropagate ``loss(embeddings).total * scale`` into them (and
     into the loss's own parameters), then re-embed each part from the same RNG state and backpropagate
     its share into the model. Returns the loss's terms."""
-    model, settings, chunk = objective.model, objective.settings, objective.checkpoint_chunk
     states, cached = [], []
     with torch.no_grad():
         for part in parts:
             states.append(_rng_state())
             with autocast():
-                cached.append(embed_batch(model, part, settings, chunk).float().requires_grad_())  # (n, K, D) leaves
+                cached.append(objective.embed(part).float().requires_grad_())  # (n, K, D) leaves
     after = _rng_state()
     terms = loss(cached)
     (terms.total * scale).backward()
@@ -159,7 +157,7 @@ def _cached_backward(
             continue
         _set_rng_state(state)
         with autocast():
-            z = embed_batch(model, part, settings, chunk)
+            z = objective.embed(part)
         (z.float() * z_cached.grad).sum().backward()
     _set_rng_state(after)
     return terms

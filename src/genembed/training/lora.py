@@ -146,9 +146,11 @@ def trained_settings(cfg: Any, backbone: Any, folder: str | os.PathLike) -> dict
     writes, so ``genembed.load(base, adapter=folder)`` embeds as the adapter was trained
     (:func:`genembed.models.save.adapter_settings`)."""
     from ..encoders.model_settings import ModelSettings
+    from ..encoders.settings import EMBEDDING_FIELDS
     from ..models.save import settings_record
 
-    trained = cfg.embedding.settings()
-    settings = ModelSettings(**{key: getattr(trained, key) for key in ModelSettings.fields_in("encode")})
+    trained = cfg.embedding.settings()  # centring and truncate_dim are not training settings: their defaults
+    own = {key: getattr(trained, key) for key in ModelSettings.fields_in("encode") if key in EMBEDDING_FIELDS}
+    settings = ModelSettings(**own)
     encode = {"encode": settings.to_dict()["encode"]}  # not the named instructions: they stay the package's
     return settings_record(backbone, Path(folder), adapter=Path(folder).name, saved=encode)

@@ -42,7 +42,7 @@ import numpy as np
 from .._files import atomic_write
 from ..encoders.corpus import encode_corpus, load_corpus_embeddings
 from ..encoders.output import OutputPipeline
-from ..encoders.settings import EMBEDDING_FIELDS, EmbedSettings
+from ..encoders.settings import EMBEDDING_FIELDS, EmbedSettings, RunOptions
 from .data.contrastive import ContrastiveRow, contrastive_row
 from .data.jsonl import iter_jsonl
 
@@ -186,6 +186,7 @@ def mine_negatives(
     symmetric: bool | Sequence[bool] = False,
     doc_instruction: str = "",
     options: EmbedSettings | None = None,
+    run: RunOptions | None = None,
     query_max_length: int = 64,
     doc_max_length: int = 128,
     depth: int = 30,
@@ -207,8 +208,9 @@ def mine_negatives(
         symmetric: documents carry the row's instruction (one flag for all files, or one per file), as
             a training file entry with ``symmetric: true``.
         doc_instruction: the document instruction of the other rows (``data.doc_instruction``).
-        options: encoding settings (method, steps, batch size, ...); ``max_length`` is replaced by
+        options: encoding settings (method, steps, ...); ``max_length`` is replaced by
             ``query_max_length`` and ``doc_max_length``. None: the model's defaults.
+        run: the speed switches (batch size, ...; None: those given to ``options``, else the defaults).
         query_max_length, doc_max_length: tokens per query / document prompt, as
             ``embedding.query_max_length`` and ``embedding.doc_max_length`` in training.
         depth: candidates retrieved per query before filtering.
@@ -266,6 +268,7 @@ def mine_negatives(
     model_key = GenembedEncoder(model).cache_key  # weights, adapter tensors, dtype and encoding code
     kw = {"shard_size": shard_size, "show_progress_bar": show_progress_bar}
     # centred as the model centres (not truncated: the candidates are ranked on whole vectors)
+    kw["run"] = RunOptions.of(options) if run is None else run
     kw["output"] = OutputPipeline(center=model.center if center is None else center)
     q_opts = options.replace(max_length=query_max_length)
     d_opts = options.replace(max_length=doc_max_length)

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from ..encoders.batching import Batch
-from ..encoders.settings import EmbedSettings
+from ..encoders.settings import EmbedSettings, RunOptions
 from ..generation.adapters import adapter_mode
 from .data.generative import GenerativeBatch
 from .distributed import gather_with_grad, rank_and_world
@@ -84,10 +84,14 @@ class Objective(nn.Module):
         terms: Mapping[str, ObjectiveTerm] | None = None,
         *,
         checkpoint_chunk: int = 0,
+        share_prefix: bool | None = None,
     ):
         super().__init__()
         self.model = model
         self.settings = settings
+        # each instruction's prefix computed once per batch (embedding.share_prefix; a speed switch). None:
+        # as given to ``settings`` the former way (EmbedSettings(share_prefix=...), deprecated), else off
+        self.share_prefix = RunOptions.of(settings).share_prefix if share_prefix is None else share_prefix
         # > 0: embeddings and the generative pass are recomputed in chunks of this many texts in the
         # backward pass (train.gradient_checkpointing; a training setting, not an encoding one)
         self.checkpoint_chunk = checkpoint_chunk
@@ -131,17 +135,15 @@ class Objective(nn.Module):
             ``step_losses`` ``(K,)``, ``reg``, each term's value by name and ``gen``.
         """
         if texts is not None:
-            terms = self.single_terms(
-                embed_batch(self.model, texts, self.settings, self.checkpoint_chunk), teacher["teacher_texts"]
-            )
+            terms = self.single_terms(self.embed(texts), teacher["teacher_texts"])
             gen = self.generative_loss(generative)  # generative.every_step: a generative batch rides along
             if gen is None:
                 zero = terms.total.new_zeros(())
                 return {"objective": terms.total, "loss": terms.total, **terms.logged(), "gen": zero}
             total = terms.total + self.gen_weight * gen
             return {"objective": total, "loss": total, **terms.logged(), "gen": gen}
-        q = embed_batch(self.model, queries, self.settings, self.checkpoint_chunk)  # (B, K, D)
-        d = embed_batch(self.model, documents, self.settings, self.checkpoint_chunk)  # (N, K, D)
+        q = self.embed(queries)  # (B, K, D)
+        d = self.embed(documents)  # (N, K, D)
         _, world = rank_and_world()
         gathered = self.cross_device_negatives and world > 1
         if gathered:
@@ -156,6 +158,10 @@ class Objective(nn.Module):
         else:
             gen = terms.total.new_zeros(())
         return {"objective": objective, "loss": terms.total + self.gen_weight * gen, **terms.logged(), "gen": gen}
+
+    def embed(self, batch: Batch) -> torch.Tensor:
+        """``(B, K, D)`` training embeddings of ``batch`` (:func:`~.forward.embed_batch`), differentiable."""
+        return embed_batch(self.model, batch, self.settings, self.checkpoint_chunk, share_prefix=self.share_prefix)
 
     def representation_terms(
         self,

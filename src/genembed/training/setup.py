@@ -257,7 +257,15 @@ def build_objective(
         gen = build_generative_loss(gen_cfg.loss, gen_cfg.aggregation, gen_cfg.temperature, gen_cfg.text_loss)
     chunk = cfg.train.checkpoint_chunk if cfg.train.gradient_checkpointing else 0
     return Objective(
-        model, settings, rep, gen, cfg.generative.weight, cfg.loss.cross_device_negatives, terms, checkpoint_chunk=chunk
+        model,
+        settings,
+        rep,
+        gen,
+        cfg.generative.weight,
+        cfg.loss.cross_device_negatives,
+        terms,
+        checkpoint_chunk=chunk,
+        share_prefix=cfg.embedding.run_options().share_prefix,
     )
 
 
