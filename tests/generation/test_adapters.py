@@ -7,6 +7,8 @@ import copy
 import numpy as np
 import pytest
 
+from genembed.generation.adapters import BaseWeightsWarning
+
 PROMPT = "What is the capital of France?"
 DOCS = ["Paris is the capital of France.", "I love this movie."]
 
@@ -27,7 +29,10 @@ def pair(chatty):
 def test_default_generates_with_base_weights(pair):
     base, adapted = pair
     assert adapted.generation_adapter == "base"
-    assert adapted.generate(PROMPT, max_new_tokens=20) == base.generate(PROMPT, max_new_tokens=20)
+    with pytest.warns(BaseWeightsWarning, match="raw backbone weights") as caught:
+        reply = adapted.generate(PROMPT, max_new_tokens=20)
+    assert caught[0].filename == __file__  # the warning names the caller's line, not genembed's
+    assert reply == base.generate(PROMPT, max_new_tokens=20)
     assert [r.score for r in adapted.rerank(PROMPT, DOCS)] == pytest.approx(
         [r.score for r in base.rerank(PROMPT, DOCS)]
     )
@@ -47,7 +52,8 @@ def test_generation_adapter_true_uses_the_adapter(pair):
 def test_a_paused_stream_leaves_the_adapter_enabled(pair):
     _, adapted = pair
     before = adapted.encode(PROMPT, method="mean")
-    stream = adapted.generate(PROMPT, max_new_tokens=20, stream=True)
+    with pytest.warns(BaseWeightsWarning):
+        stream = adapted.generate(PROMPT, max_new_tokens=20, stream=True)
     next(stream)
     np.testing.assert_allclose(adapted.encode(PROMPT, method="mean"), before, atol=1e-6)
     rest = "".join(stream)
