@@ -41,7 +41,7 @@ from .defaults import (
 from .instructions import DEFAULT_QUERY_INSTRUCTION
 from .methods import MethodRules, method_rules
 from .prompts import PROMPT_FORMATS, EncodedPrompt, tokenize
-from .quantize import PRECISIONS
+from .quantize import check_precision
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -75,6 +75,11 @@ def _field(default: Any, *roles: str, factory: Any = None) -> Any:
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata={"roles": roles})
     return dataclasses.field(default=default, metadata={"roles": roles})
+
+
+def _replace_given(settings: Any, changes: Mapping[str, Any]) -> Any:
+    """A copy of the dataclass ``settings`` with the ``changes`` that are not None (checked again)."""
+    return dataclasses.replace(settings, **{k: v for k, v in changes.items() if v is not None})
 
 
 @dataclass(frozen=True)
@@ -224,7 +229,7 @@ class RunOptions:
 
     def replace(self, **changes: Any) -> RunOptions:
         """A copy with the ``changes`` that are not None (checked again)."""
-        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+        return _replace_given(self, changes)
 
 
 @dataclass(frozen=True)
@@ -263,11 +268,12 @@ class IndexEmbedSettings:
 
     def replace(self, **changes: Any) -> IndexEmbedSettings:
         """A copy with the ``changes`` that are not None, an :class:`EmbedSettings` field changing :attr:`embed`."""
-        changes = {k: v for k, v in changes.items() if v is not None}
+        changes = dict(changes)
         embed = {k: changes.pop(k) for k in tuple(changes) if k in EmbedSettings.__dataclass_fields__}
+        embed = {k: v for k, v in embed.items() if v is not None}
         if embed:
             changes["embed"] = self.embed.replace(**embed)
-        return dataclasses.replace(self, **changes)
+        return _replace_given(self, changes)
 
     def instruction(self, kind: str) -> str:
         """The instruction of a ``"query"`` or a ``"doc"``."""
@@ -317,12 +323,11 @@ class OutputSettings:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         check_truncate_dim(self.truncate_dim)
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        check_precision(self.precision)
 
     def replace(self, **changes: Any) -> Self:
         """A copy with the ``changes`` that are not None (checked again)."""
-        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+        return _replace_given(self, changes)
 
 
 @dataclass(frozen=True)
