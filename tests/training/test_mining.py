@@ -240,3 +240,99 @@ def test_positives_of_other_rows_with_the_same_query_are_never_negatives(tmp_pat
     assert paraphrases[1] not in mined[2] and "The mat had a cat on it." not in mined[2]
     assert set(mined[0]) == set(others) | {"The mat had a cat on it."}  # the rest of the pool, all of it
     assert set(mined[2]) == set(others) | {paraphrases[0]}
+
+
+# ---- mined by the teacher: its cached targets rank the pool ----------------------------------------------
+
+TOPICS = {  # text -> a 3-d direction: the fake teacher's view of each text
+    "how do plants make food": (1.0, 0.0, 0.0),
+    "Plants make food by photosynthesis.": (0.9, 0.1, 0.0),
+    "Leaves are green because of chlorophyll.": (0.85, 0.0, 0.2),  # close to the query: the hard negative
+    "The stock market fell today.": (0.0, 1.0, 0.0),
+    "what moves share prices": (0.0, 0.7, 0.7),
+    "Prices move with supply and demand.": (0.0, 0.8, 0.3),
+    "Rain fell all night.": (0.1, 0.2, 1.0),
+}
+
+
+def _topic_encoder(seen: list[str]):
+    def encode(texts: list[str]) -> np.ndarray:
+        seen.extend(texts)
+        return np.array([TOPICS[t] for t in texts])
+
+    return encode
+
+
+def _topic_file(tmp_path: Path) -> Path:
+    rows = [
+        {"query": "how do plants make food", "pos": ["Plants make food by photosynthesis."], "instruction": "A"},
+        {"query": "what moves share prices", "pos": ["Prices move with supply and demand."], "instruction": "B"},
+    ]
+    rows[0]["neg"], rows[1]["neg"] = ["Rain fell all night.", "The stock market fell today."], []
+    rows[1]["neg"].append("Leaves are green because of chlorophyll.")
+    return _write(tmp_path / "topics.jsonl", rows)
+
+
+def test_the_teacher_ranks_the_pool_without_a_model(tmp_path):
+    from genembed.training.teacher_targets import build_targets
+
+    src, seen = _topic_file(tmp_path), []
+    store = build_targets(list(TOPICS), tmp_path / "targets", "fake", encode=_topic_encoder(seen), dimension=3)
+    result = mine_negatives(
+        None, [src], tmp_path / "out.jsonl", teacher=store, num_negatives=1, margin=0, keep_original=False,
+        show_progress_bar=False,
+    )  # fmt: skip
+    mined = [row["neg"] for row in _read(result.out)]
+    # each query's nearest text that is not its positive, whatever the rows' instructions
+    assert mined == [["Leaves are green because of chlorophyll."], ["Rain fell all night."]]
+    assert result.pool == 5 and not (tmp_path / "out.jsonl.mining").exists()
+    # the margin filter reads the teacher's scores: the leaf text scores 0.98 x the positive's, above 0.95
+    result = mine_negatives(
+        None, [src], tmp_path / "out2.jsonl", teacher=store, num_negatives=1, margin=0.95, keep_original=False,
+        show_progress_bar=False,
+    )  # fmt: skip
+    assert _read(result.out)[0]["neg"] == ["Rain fell all night."] and result.removed["margin"] == 1
+
+
+def test_a_teacher_store_fills_the_texts_it_lacks(tmp_path):
+    from genembed.training.teacher_targets import build_targets
+
+    src, seen = _topic_file(tmp_path), []
+    encode = _topic_encoder(seen)
+    store = build_targets(list(TOPICS)[:2], tmp_path / "targets", "fake", encode=encode, dimension=3)
+    seen.clear()
+    mine_negatives(None, [src], tmp_path / "out.jsonl", teacher=store.fill_with(encode), show_progress_bar=False)
+    assert sorted(seen) == sorted(list(TOPICS)[2:])  # only the missing ones were embedded
+
+
+def test_model_and_teacher_are_exclusive(tmp_path, tiny_model):
+    from genembed.training.teacher_targets import build_targets
+
+    src = _topic_file(tmp_path)
+    store = build_targets(list(TOPICS), tmp_path / "targets", "fake", encode=_topic_encoder([]), dimension=3)
+    for model, teacher in ((None, None), (tiny_model, store)):
+        with pytest.raises(ValueError, match="give exactly one"):
+            mine_negatives(model, [src], tmp_path / "out.jsonl", teacher=teacher)
+
+
+def test_cli_mines_with_a_teacher_folder_and_reuses_its_store(tmp_path, tiny_teacher):
+    from typer.testing import CliRunner
+
+    from genembed.cli.app import app
+
+    src, targets = _labelled(tmp_path), tmp_path / "targets"
+    args = ["mine-negatives", str(src), "--teacher", str(tiny_teacher), "--targets", str(targets), "--margin", "0"]
+    args.append("--quiet")
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "a.jsonl"), "--teacher-max-length", "32"])
+    assert result.exit_code == 0, result.output
+    assert "12 rows, pool 13 texts" in result.output
+    chunks = sorted(targets.rglob("chunk-*.safetensors"))
+    assert len(chunks) == 1
+    assert [len(r["neg"]) for r in _read(tmp_path / "a.jsonl")] == [5] + [4] * 11  # originals + 3 mined
+    # a second run reads the store's max_length and embeds nothing
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "b.jsonl")])
+    assert result.exit_code == 0, result.output
+    assert sorted(targets.rglob("chunk-*.safetensors")) == chunks
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "c.jsonl"), "--adapter", "none"])
+    assert result.exit_code == 2 and "drop --model and --adapter" in result.output

@@ -2,6 +2,7 @@
 
 genembed mine-negatives ../shared/data/train/wikiqa.jsonl --out mined/wikiqa.jsonl --adapter runs/stage1/final
 genembed mine-negatives ../shared/data/train/reviews.jsonl --symmetric --out mined/reviews.jsonl
+genembed mine-negatives ../shared/data/train/medquad.jsonl --out mined/medquad.jsonl --teacher all-mpnet-base-v2
 
 Rerun the same command after an interruption: the embeddings already in ``OUT.jsonl.mining/`` are kept.
 """
@@ -9,7 +10,7 @@ Rerun the same command after an interruption: the embeddings already in ``OUT.js
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -30,6 +31,9 @@ from ._common import (
     out_option,
     top_option,
 )
+
+if TYPE_CHECKING:
+    from genembed.training.teacher_targets import TargetStore
 
 
 def mine_negatives(
@@ -62,6 +66,21 @@ def mine_negatives(
     doc_max_length: Annotated[int, typer.Option("--doc-max-length", min=1, help="tokens per document")] = 128,
     shard_size: Annotated[int, typer.Option("--shard-size", min=1, help="texts per cached embedding shard")] = 1024,
     keep_cache: Annotated[bool, typer.Option("--keep-cache", help="keep OUT.mining/ after writing OUT")] = False,
+    teacher: Annotated[
+        str | None,
+        typer.Option(
+            "--teacher",
+            help="rank with this distillation teacher's cached targets instead of the model: a teacher name or a "
+            "sentence-transformers folder (texts the store lacks are computed and kept)",
+        ),
+    ] = None,
+    targets: Annotated[
+        Path | None, typer.Option("--targets", help="with --teacher: the targets root (default: the training one)")
+    ] = None,
+    teacher_max_length: Annotated[
+        int | None,
+        typer.Option("--teacher-max-length", min=1, help="with --teacher: tokens it reads (default: the store's)"),
+    ] = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Set each row's negatives to the hardest texts of the files' pool that the model ranks (docs/training.md)."""
@@ -71,10 +90,16 @@ def mine_negatives(
     for path in inputs:
         if not path.is_file():
             fail(f"input file not found: {path}")
-    loaded = load_model(model, adapter, dtype, center, device)
     from genembed.encoders.settings import RunOptions
 
-    options = model_settings(loaded, method=method, steps=steps)
+    store, loaded, options = None, None, None
+    if teacher is not None:
+        if model is not None or adapter is not None:
+            fail("--teacher ranks with the teacher's targets: drop --model and --adapter")
+        store = _teacher_store(inputs, teacher, targets, teacher_max_length, device, batch_size, quiet)
+    else:
+        loaded = load_model(model, adapter, dtype, center, device)
+        options = model_settings(loaded, method=method, steps=steps)
     try:
         result = mine(
             loaded,
@@ -94,6 +119,7 @@ def mine_negatives(
             shard_size=shard_size,
             keep_cache=keep_cache,
             show_progress_bar=not quiet,
+            teacher=store,
         )
     except (ValueError, DamagedFileError) as exc:  # DataError is a ValueError
         fail(str(exc))
@@ -102,3 +128,41 @@ def mine_negatives(
         f"{result.rows} rows, pool {result.pool} texts: {result.mined} negatives mined "
         f"({result.short_rows} rows got fewer than {num_negatives}); removed: {removed or 'none'} -> {result.out}"
     )
+
+
+def _teacher_store(
+    inputs: list[Path],
+    teacher: str,
+    targets: Path | None,
+    max_length: int | None,
+    device: str,
+    batch_size: int,
+    quiet: bool,
+) -> TargetStore:
+    """The teacher's target store holding every text of ``inputs`` (built or completed, chunk by chunk)."""
+    from genembed._files import DamagedFileError
+    from genembed.training.teacher_targets import (
+        STORE,
+        TargetStore,  # noqa: F811 (the annotation's name, imported here at run time)
+        build_targets,
+        default_root,
+        targets_folder,
+        training_texts,
+    )
+    from genembed.training.teachers import TeacherError
+
+    root = targets or default_root()
+    try:
+        if max_length is None and (targets_folder(root, teacher) / STORE).is_file():
+            max_length = TargetStore.open(root, teacher).max_length  # reuse the store training reads
+        return build_targets(
+            training_texts(inputs, teacher),
+            root,
+            teacher,
+            batch_size=batch_size,
+            device=device,
+            max_length=max_length,
+            progress=not quiet,
+        )
+    except (ValueError, TeacherError, DamagedFileError) as exc:  # ConfigError and DataError are ValueErrors
+        fail(str(exc))

@@ -1,4 +1,5 @@
-"""Hard negatives mined by the model itself: rank a pool of texts for every query and keep the hardest.
+"""Hard negatives mined by the model itself, or by the distillation teacher: rank a pool of texts for every
+query and keep the hardest.
 
 For each row of contrastive training files (:mod:`.data.contrastive`) the query is embedded on the
 query side (its row's instruction, as training does) and compared with a candidate pool: every distinct
@@ -20,7 +21,13 @@ Every other field of a row is written unchanged, so the output is a training fil
 Mining the model of the previous stage between stages is how negatives are "refreshed between stages"
 (docs/training.md, "Mining hard negatives").
 
-Embeddings go through :func:`genembed.encoders.corpus.encode_corpus` into shards in ``OUT.mining/``
+Mined by a teacher (``teacher=``, ``genembed mine-negatives --teacher all-mpnet-base-v2``), queries and pool
+are the teacher's cached targets (:mod:`.teacher_targets`): the vectors distillation looks up, so the mined
+negatives cost no teacher forward when they are distilled, and a teacher that already retrieves well (the
+student's own ranking is what it is being trained to fix) picks them. The teacher reads no instruction, so
+files of several instructions share one ranking.
+
+A model's embeddings go through :func:`genembed.encoders.corpus.encode_corpus` into shards in ``OUT.mining/``
 beside the output, one folder per (side, instruction), named by a digest of the model, the settings
 and the texts; a rerun after an interruption resumes from the shards already written. The folder is
 removed once the output is written, unless ``keep_cache``.
@@ -45,6 +52,7 @@ from ..encoders.output import OutputPipeline
 from ..encoders.settings import EMBEDDING_FIELDS, EmbedSettings, RunOptions
 from .data.contrastive import ContrastiveRow, contrastive_row
 from .data.jsonl import iter_jsonl
+from .teacher_targets import TargetStore
 
 __all__ = ["MiningResult", "mine_negatives", "normalize_text", "select_negatives"]
 
@@ -178,8 +186,44 @@ def _search(queries: np.ndarray, pool: np.ndarray, depth: int) -> tuple[np.ndarr
     return scores, ranked
 
 
-def mine_negatives(
+def _rows(vectors: Any) -> np.ndarray:
+    return np.ascontiguousarray(np.asarray(vectors, dtype=np.float32))
+
+
+def _model_vectors(
     model: Any,
+    query_texts: dict[str, list[str]],
+    pool: list[str],
+    doc_instructions: list[str],
+    cache: Path,
+    *,
+    options: EmbedSettings,
+    run: RunOptions | None,
+    query_max_length: int,
+    doc_max_length: int,
+    center: bool | None,
+    shard_size: int,
+    show_progress_bar: bool,
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The model's query vectors per query instruction and pool vectors per document instruction."""
+    from ..eval.encoders import GenembedEncoder
+
+    model_key = GenembedEncoder(model).cache_key  # weights, adapter tensors, dtype and encoding code
+    kw: dict[str, Any] = {"shard_size": shard_size, "show_progress_bar": show_progress_bar}
+    # centred as the model centres (not truncated: the candidates are ranked on whole vectors)
+    kw["run"] = RunOptions.of(options) if run is None else run
+    kw["output"] = OutputPipeline(center=model.center if center is None else center)
+    q_opts = options.replace(max_length=query_max_length)
+    d_opts = options.replace(max_length=doc_max_length)
+    queries = {
+        inst: _embed(model, model_key, qs, inst, q_opts, cache, "queries", **kw) for inst, qs in query_texts.items()
+    }
+    docs = {inst: _embed(model, model_key, pool, inst, d_opts, cache, "pool", **kw) for inst in doc_instructions}
+    return queries, docs
+
+
+def mine_negatives(
+    model: Any | None,
     inputs: Sequence[str | Path],
     out: str | Path,
     *,
@@ -198,11 +242,12 @@ def mine_negatives(
     keep_cache: bool = False,
     show_progress_bar: bool = True,
     center: bool | None = None,
+    teacher: TargetStore | None = None,
 ) -> MiningResult:
     """Write ``out``: the rows of ``inputs`` with ``neg`` set to negatives mined by ``model``.
 
     Args:
-        model: a loaded :class:`~genembed.GenerativeEmbedder` (the previous stage's model).
+        model: a loaded :class:`~genembed.GenerativeEmbedder` (the previous stage's model); None with ``teacher``.
         inputs: contrastive JSONL files; their positives and negatives form the candidate pool.
         out: the output JSONL file (written atomically; must not be one of the inputs).
         symmetric: documents carry the row's instruction (one flag for all files, or one per file), as
@@ -222,6 +267,10 @@ def mine_negatives(
         keep_cache: keep the embedding shards in ``OUT.mining/`` after writing ``out``.
         show_progress_bar: progress bars for encoding and mining.
         center: subtract each instruction's centre (:mod:`genembed.encoders.centering`); None: ``model.center``.
+        teacher: rank with a distillation teacher's cached embeddings instead of ``model`` (a
+            :class:`~.teacher_targets.TargetStore`; texts it lacks are computed when it has an encoder). The
+            teacher reads texts as it was trained, without instructions or length options; the store's vectors
+            are the ones distillation looks up, so mining costs no encoding where they are stored.
 
     Returns:
         A :class:`MiningResult`.
@@ -243,7 +292,8 @@ def mine_negatives(
     flags = [symmetric] * len(paths) if isinstance(symmetric, bool) else list(symmetric)
     if len(flags) != len(paths):
         raise ValueError(f"{len(flags)} symmetric flags for {len(paths)} input files")
-    options = options or model.embed_settings()
+    if (model is None) == (teacher is None):
+        raise ValueError("mine with a model or with a teacher's targets: give exactly one")
     rows = _read(paths, flags, doc_instruction)
 
     pool = list(dict.fromkeys(t for r in rows for t in (*r.row.pos, *r.row.neg)))
@@ -262,26 +312,32 @@ def mine_negatives(
         if r.row.label is not None:
             by_label.setdefault(r.row.label, set()).update(where[t] for t in r.row.pos)
 
-    from ..eval.encoders import GenembedEncoder
-
-    cache = out.with_name(out.name + ".mining")
-    model_key = GenembedEncoder(model).cache_key  # weights, adapter tensors, dtype and encoding code
-    kw = {"shard_size": shard_size, "show_progress_bar": show_progress_bar}
-    # centred as the model centres (not truncated: the candidates are ranked on whole vectors)
-    kw["run"] = RunOptions.of(options) if run is None else run
-    kw["output"] = OutputPipeline(center=model.center if center is None else center)
-    q_opts = options.replace(max_length=query_max_length)
-    d_opts = options.replace(max_length=doc_max_length)
-    queries: dict[str, np.ndarray] = {}  # query instruction -> embeddings of its distinct queries
-    q_index: dict[tuple[str, str], int] = {}
-    for inst in dict.fromkeys(r.row.instruction for r in rows):
-        texts = list(dict.fromkeys(r.row.query for r in rows if r.row.instruction == inst))
-        q_index.update({(inst, t): i for i, t in enumerate(texts)})
-        queries[inst] = _embed(model, model_key, texts, inst, q_opts, cache, "queries", **kw)
-    docs = {
-        inst: _embed(model, model_key, pool, inst, d_opts, cache, "pool", **kw)
-        for inst in dict.fromkeys(r.doc_instruction for r in rows)
+    query_texts = {
+        inst: list(dict.fromkeys(r.row.query for r in rows if r.row.instruction == inst))
+        for inst in dict.fromkeys(r.row.instruction for r in rows)
     }
+    q_index = {(inst, t): i for inst, texts in query_texts.items() for i, t in enumerate(texts)}
+    doc_instructions = list(dict.fromkeys(r.doc_instruction for r in rows))
+    cache = out.with_name(out.name + ".mining")
+    if teacher is not None:  # one vector per text whatever its instruction: the teacher reads none
+        queries = {inst: _rows(teacher.vectors(texts, queries=True)) for inst, texts in query_texts.items()}
+        pool_vectors = _rows(teacher.vectors(pool))
+        docs = dict.fromkeys(doc_instructions, pool_vectors)
+    else:
+        queries, docs = _model_vectors(
+            model,
+            query_texts,
+            pool,
+            doc_instructions,
+            cache,
+            options=options or model.embed_settings(),
+            run=run,
+            query_max_length=query_max_length,
+            doc_max_length=doc_max_length,
+            center=center,
+            shard_size=shard_size,
+            show_progress_bar=show_progress_bar,
+        )
 
     from tqdm.auto import tqdm
 
