@@ -141,20 +141,13 @@ def _teacher_store(
 ) -> TargetStore:
     """The teacher's target store holding every text of ``inputs`` (built or completed, chunk by chunk)."""
     from genembed._files import DamagedFileError
-    from genembed.training.teacher_targets import (
-        STORE,
-        TargetStore,  # noqa: F811 (the annotation's name, imported here at run time)
-        build_targets,
-        default_root,
-        targets_folder,
-        training_texts,
-    )
+    from genembed.training.teacher_targets import build_targets, default_root, stored_max_length, training_texts
     from genembed.training.teachers import TeacherError
 
     root = targets or default_root()
     try:
-        if max_length is None and (targets_folder(root, teacher) / STORE).is_file():
-            max_length = TargetStore.open(root, teacher).max_length  # reuse the store training reads
+        if max_length is None:  # reuse the length of the store training reads, where there is one
+            max_length = stored_max_length(root, teacher)
         return build_targets(
             training_texts(inputs, teacher),
             root,

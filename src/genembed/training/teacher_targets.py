@@ -50,6 +50,7 @@ __all__ = [
     "load_teacher_encoder",
     "targets_folder",
     "next_chunk",
+    "stored_max_length",
     "targets_root",
     "teacher_encoder",
     "training_texts",
@@ -84,6 +85,16 @@ def targets_folder(root: str | Path, teacher: str) -> Path:
     """The folder of ``teacher``'s targets under ``root`` (a folder path as teacher becomes its last part)."""
     name = Path(teacher).name if teacher not in TEACHERS else teacher
     return Path(root) / re.sub(r"[^A-Za-z0-9._-]", "_", name)
+
+
+def stored_max_length(root: str | Path, teacher: str) -> int | None:
+    """The tokens per text the store of ``teacher`` under ``root`` was built with (None: no store there, or not
+    recorded); reads ``store.json`` only, not the chunks."""
+    folder = targets_folder(root, teacher)
+    if not (folder / STORE).is_file():
+        return None
+    fix = f"Rebuild it: genembed teacher-targets FILES --teacher {teacher} --out {root}"
+    return read_json(folder / STORE, fix=fix).get("max_length")
 
 
 def query_prefix(teacher: str) -> str:
