@@ -336,3 +336,10 @@ def test_cli_mines_with_a_teacher_folder_and_reuses_its_store(tmp_path, tiny_tea
     assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
     result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "c.jsonl"), "--adapter", "none"])
     assert result.exit_code == 2 and "drop --model and --adapter" in result.output
+    # options that only set how the model embeds are refused, not silently ignored
+    result = CliRunner().invoke(
+        app, [*args, "--out", str(tmp_path / "d.jsonl"), "--steps", "3", "--doc-max-length", "9"]
+    )
+    assert result.exit_code == 2
+    assert "--steps, --doc-max-length set how the model embeds" in " ".join(result.output.split())
+    assert not (tmp_path / "d.jsonl").exists()

@@ -62,8 +62,12 @@ def mine_negatives(
     keep_original: Annotated[
         bool, typer.Option("--keep-original/--no-keep-original", help="keep the rows' own negatives first")
     ] = True,
-    query_max_length: Annotated[int, typer.Option("--query-max-length", min=1, help="tokens per query")] = 64,
-    doc_max_length: Annotated[int, typer.Option("--doc-max-length", min=1, help="tokens per document")] = 128,
+    query_max_length: Annotated[
+        int | None, typer.Option("--query-max-length", min=1, help="tokens per query (default: mining's)")
+    ] = None,
+    doc_max_length: Annotated[
+        int | None, typer.Option("--doc-max-length", min=1, help="tokens per document (default: mining's)")
+    ] = None,
     shard_size: Annotated[int, typer.Option("--shard-size", min=1, help="texts per cached embedding shard")] = 1024,
     keep_cache: Annotated[bool, typer.Option("--keep-cache", help="keep OUT.mining/ after writing OUT")] = False,
     teacher: Annotated[
@@ -96,10 +100,25 @@ def mine_negatives(
     if teacher is not None:
         if model is not None or adapter is not None:
             fail("--teacher ranks with the teacher's targets: drop --model and --adapter")
+        model_only = {
+            "--dtype": dtype != "auto",
+            "--center/--no-center": center is not None,
+            "--method": method is not None,
+            "--steps": steps is not None,
+            "--query-max-length": query_max_length is not None,
+            "--doc-max-length": doc_max_length is not None,
+        }
+        if refused := [name for name, set_ in model_only.items() if set_]:
+            fail(
+                f"{', '.join(refused)} set how the model embeds, and --teacher ranks with the teacher's targets: "
+                "drop them (--teacher-max-length sets the tokens the teacher reads)"
+            )
         store = _teacher_store(inputs, teacher, targets, teacher_max_length, device, batch_size, quiet)
     else:
         loaded = load_model(model, adapter, dtype, center, device)
         options = model_settings(loaded, method=method, steps=steps)
+    given = {"query_max_length": query_max_length, "doc_max_length": doc_max_length}
+    lengths = {key: value for key, value in given.items() if value is not None}  # else the library's defaults
     try:
         result = mine(
             loaded,
@@ -109,8 +128,7 @@ def mine_negatives(
             doc_instruction=doc_instruction,
             options=options,
             run=RunOptions(batch_size=batch_size),
-            query_max_length=query_max_length,
-            doc_max_length=doc_max_length,
+            **lengths,
             depth=top,
             num_negatives=num_negatives,
             margin=margin,
