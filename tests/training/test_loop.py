@@ -338,12 +338,17 @@ def _native_bf16(monkeypatch, native: bool) -> None:
 
 
 @pytest.mark.parametrize("native", [True, False])
-def test_auto_precision_is_bf16_only_where_the_cpu_computes_it_natively(monkeypatch, native):
+def test_auto_precision_is_bf16_only_on_a_gpu_that_computes_it_natively(monkeypatch, native):
     from genembed.training.run import training_precision
 
     _native_bf16(monkeypatch, native)
-    assert training_precision("auto", "cpu") == ("bf16" if native else "fp32")
+    # never on a CPU: autocast there keeps a cast copy of every frozen weight per call for the backward pass
+    assert training_precision("auto", "cpu") == "fp32"
     assert training_precision("fp32", "cpu") == "fp32" and training_precision("bf16", "cpu") == "bf16"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: native)
+    assert training_precision("auto", "cuda") == ("bf16" if native else "fp32")
+    assert training_precision("auto", "cuda:0") == ("bf16" if native else "fp32")
 
 
 def test_bf16_on_a_cpu_without_it_warns_and_the_run_says_what_it_ran_in(

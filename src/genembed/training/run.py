@@ -75,13 +75,19 @@ class Run:
 
 
 def training_precision(precision: str, device: Any) -> str:
-    """``train.precision`` as run on ``device``: ``auto`` is ``bf16`` where the device computes bfloat16
-    natively (:func:`genembed.backbone.loading.default_dtype`), else ``fp32``; ``fp32``/``bf16`` as given."""
+    """``train.precision`` as run on ``device``: ``auto`` is ``bf16`` on a CUDA GPU that computes bfloat16
+    natively (:func:`genembed.backbone.loading.default_dtype`), else ``fp32``; ``fp32``/``bf16`` as given.
+
+    Not on a CPU, even one with AVX512-BF16 or AMX: CPU autocast casts the frozen base weights again at
+    every call and keeps each copy for the backward pass (it caches casts of trainable weights only), and a
+    GIRCSE forward calls every weight once per soft-token step and per instruction group. A single-text step
+    of 128 short texts under 10 instructions took 20 GB where float32 took 4.5 GB (docs/training.md)."""
     if precision != "auto":
         return precision
     from ..backbone.loading import default_dtype
 
-    return "bf16" if default_dtype(str(device)) == "bfloat16" else "fp32"
+    on_cuda = str(device).startswith("cuda")
+    return "bf16" if on_cuda and default_dtype(str(device)) == "bfloat16" else "fp32"
 
 
 def resume_run(run: Run, saved: dict[str, Any]) -> int:

@@ -21,7 +21,7 @@ from .losses.registry import teacher_needs
 from .metrics import MetricsLog
 from .objective import Objective
 from .output import check_output, prepare_output
-from .run import Run, training_precision
+from .run import Run
 from .teacher import Teacher
 from .teacher_map import load_teacher_map
 from .teacher_targets import (
@@ -48,10 +48,12 @@ logger = logging.getLogger(__name__)
 def _warn_if_slow_bf16(precision: str, device: Any) -> None:
     """bf16 autocast on a device without native bf16 (a CPU without AVX512-BF16 or AMX) emulates every
     matmul: a step measured 15-20x slower than in fp32 on an AVX2-only CPU."""
-    if precision == "bf16" and training_precision("auto", device) != "bf16":
+    from ..backbone.loading import default_dtype
+
+    if precision == "bf16" and default_dtype(str(device)) != "bfloat16":
         logger.warning(
             "train.precision=bf16 on %s, which does not compute bfloat16 natively: steps run many times slower "
-            "than in fp32; set train.precision to auto (bf16 only where it is native) or fp32",
+            "than in fp32; set train.precision to auto or fp32",
             device,
         )
 
