@@ -6,8 +6,10 @@ cached-gradient path, ``train.grad_cache_chunk``), printing for every chunk the 
 process's resident memory after it. Why: under CPU bf16 autocast the frozen weights are cast again at
 every call and each copy is kept for the backward pass (docs/training.md, ``train.precision``).
 
-    python experiments/single_step_memory.py configs/retrieval-stage-4.yaml train.precision=bf16
-    python experiments/single_step_memory.py configs/retrieval-stage-4.yaml train.precision=fp32
+    python experiments/single_step_memory.py configs/retrieval-stage-4.yaml \\
+        train.precision=bf16 train.grad_cache_chunk=16
+    python experiments/single_step_memory.py configs/retrieval-stage-4.yaml \\
+        train.precision=fp32 train.grad_cache_chunk=16
 
 Heavy (the real backbone, about 4 minutes in fp32 on two cores): run it alone on the machine.
 """
@@ -15,6 +17,7 @@ Heavy (the real backbone, about 4 minutes in fp32 on two cores): run it alone on
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import tempfile
 import time
@@ -24,8 +27,6 @@ from typing import Any
 
 def resident_gb() -> float:
     """The process's resident set size now, in GB (Linux)."""
-    import os
-
     pages = int(Path("/proc/self/statm").read_text().split()[1])
     return pages * os.sysconf("SC_PAGE_SIZE") / 1e9
 

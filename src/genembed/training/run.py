@@ -81,7 +81,8 @@ def training_precision(precision: str, device: Any) -> str:
     Not on a CPU, even one with AVX512-BF16 or AMX: CPU autocast casts the frozen base weights again at
     every call and keeps each copy for the backward pass (it caches casts of trainable weights only), and a
     GIRCSE forward calls every weight once per soft-token step and per instruction group. A single-text step
-    of 128 short texts under 10 instructions took 20 GB where float32 took 4.5 GB (docs/training.md)."""
+    of 128 short texts under 10 instructions held 21.6 GB after two of its eight chunks, where float32
+    peaked at 4.5 GB for the whole step (docs/training.md)."""
     if precision != "auto":
         return precision
     from ..backbone.loading import default_dtype
