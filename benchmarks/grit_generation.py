@@ -77,7 +77,7 @@ def measure(name: str, model, heldout, texts, max_new_tokens: int) -> dict:
     from genembed.generation.repetition import loop_rate
 
     start = time.perf_counter()
-    model.generation_adapter = True  # run generation on the weights under test
+    model.generation_adapter = "adapter"  # run generation on the weights under test
     row = {
         "model": name,
         "heldout_ppl": round(perplexity(model, heldout), 3),
