@@ -98,11 +98,12 @@ def test_the_prefix_is_computed_once_per_group(tiny):
             embed_prepared(tiny.model, batch, EmbedSettings(steps=2), share_prefix=True)
     finally:
         handle.remove()
-    # per group of several rows: the prefix at batch 1, the rest, 2 soft tokens; a single row: prefill, 2 steps
+    # per group of several rows: the prefix at batch 1, the rest, 2 soft tokens; the single rows (one without
+    # an instruction, one empty text) together: prefill, 2 steps
     (ask, ask_len), (classify, classify_len) = prefix_groups(batch)[:2]
     assert seen[0] == (1, ask_len) and seen[1][0] == len(ask)
     assert seen[4] == (1, classify_len) and seen[5][0] == len(classify)
-    assert len(seen) == 4 + 4 + 3 + 3
+    assert seen[8][0] == 2 and len(seen) == 4 + 4 + 3
 
 
 def test_embed_prepared_shares_prefixes_when_the_settings_ask(tiny):

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from genembed.encoders.settings import EmbedSettings
+from genembed.encoders.shared_prefix import prefix_groups
 from genembed.training import train
 from genembed.training.data import ContrastiveRow, build_contrastive_batch, collate_generative, tokenize_chat
 from genembed.training.data.generative import GenerativeRow
@@ -45,6 +46,24 @@ def _batch(tokenizer, fmt):
     return q, d, batch.label_tensor()
 
 
+def _assert_single_grad_cache_matches_the_whole_batch(objective, batch, vectors):
+    """grad_cache_single in chunks of 4 gives the loss and gradients of the single-text batch run whole."""
+    model = objective.model
+    model.zero_grad(set_to_none=True)
+    plain = objective(texts=batch, teacher_texts=vectors)
+    plain["objective"].backward()
+    reference = _grads(model)
+    model.zero_grad(set_to_none=True)
+    cached = grad_cache_single(objective, batch, vectors, chunk=4)
+    got = _grads(model)
+    assert cached["loss"].item() == pytest.approx(plain["loss"].item(), rel=1e-5)
+    assert set(got) == set(reference) and len(got) > 10
+    for name, grad in got.items():
+        ref = reference[name]
+        assert ref.abs().sum() > 0, name
+        torch.testing.assert_close(grad, ref, rtol=1e-3, atol=1e-4 * ref.abs().max().item(), msg=name)
+
+
 def test_split_batch_trims_padding_and_embeds_each_row_as_the_whole_batch_does(tiny):
     q, _, _ = _batch(tiny.tokenizer, "chat")
     parts = split_batch(q, 2)
@@ -80,19 +99,36 @@ def test_single_text_grad_cache_chunks_shortest_first_and_keeps_the_whole_batch_
     distill = _weighted(SimilarityDistillation(0.05, 0.1), 1.0)
     regress = _weighted(EmbeddingDistillation(model.config.hidden_size, 6), 0.5)
     objective = Objective(model, EmbedSettings(steps=3), ICRLoss(0.05), terms={"distill": distill, "regress": regress})
-    model.zero_grad(set_to_none=True)
-    plain = objective(texts=batch, teacher_texts=vectors)
-    plain["objective"].backward()
-    reference = _grads(model)
-    model.zero_grad(set_to_none=True)
-    cached = grad_cache_single(objective, batch, vectors, chunk=4)
-    got = _grads(model)
-    assert cached["loss"].item() == pytest.approx(plain["loss"].item(), rel=1e-5)
-    assert set(got) == set(reference) and len(got) > 10
-    for name, grad in got.items():
-        ref = reference[name]
-        assert ref.abs().sum() > 0, name
-        torch.testing.assert_close(grad, ref, rtol=1e-3, atol=1e-4 * ref.abs().max().item(), msg=name)
+    _assert_single_grad_cache_matches_the_whole_batch(objective, batch, vectors)
+
+
+def test_single_text_grad_cache_with_shared_prefixes_chunks_by_instruction_and_keeps_the_gradient(tiny):
+    # texts under five instructions in turn (as the reviews' rows give them): sorted by length alone, every
+    # chunk of 4 holds four prefixes and runs four passes; grouped by prefix, most chunks run one pass
+    instructions = ["Classify the topic.", "Find the product.", "Name the domain.", "", "Say what it is about."]
+    texts = [("word " * (1 + (3 * n) % 7)).strip() for n in range(20)]
+    given = [instructions[n % len(instructions)] for n in range(20)]
+    batch = tokenize_texts(tiny.tokenizer, texts, given, prompt_format="chat", max_length=64)
+    vectors = torch.randn(len(texts), 6, generator=torch.Generator().manual_seed(1))
+    rows, moved = length_sorted(batch, vectors, by_prefix=True)
+    for row in range(len(texts)):  # each text keeps its own teacher vector
+        same = [i for i in range(len(texts)) if torch.equal(moved[row], vectors[i])]
+        assert len(same) == 1 and torch.equal(rows.input_ids[row], batch.input_ids[same[0]])
+
+    def passes(b):
+        return sum(len(prefix_groups(part)) for part in split_batch(b, 4))
+
+    assert passes(rows) <= 6 < 16 <= passes(length_sorted(batch, vectors)[0])
+    groups = prefix_groups(rows)
+    assert all(rows_ == list(range(rows_[0], rows_[0] + len(rows_))) for rows_, _ in groups)  # contiguous
+    for rows_, _ in groups:  # shortest first within a group
+        lengths = rows.attention_mask[rows_].sum(dim=1)
+        assert (lengths[1:] >= lengths[:-1]).all()
+
+    model = _active_lora(tiny)
+    distill = _weighted(SimilarityDistillation(0.05, 0.1), 1.0)
+    objective = Objective(model, EmbedSettings(steps=2), ICRLoss(0.05), terms={"distill": distill}, share_prefix=True)
+    _assert_single_grad_cache_matches_the_whole_batch(objective, batch, vectors)
 
 
 @pytest.mark.parametrize(

@@ -78,14 +78,19 @@ def embed_by_prefix(batch: Batch, embed: GroupFn, *, share_single: bool) -> tupl
         embed: ``embed(group batch, prefix ids or None)``: a tuple of ``(rows, ...)`` tensors (or None
             entries) for the group; given prefix ids, the group batch holds the tokens after them.
         share_single: also cut a group of one row after its prefix (worth it when the prefix's states are
-            cached; else a lone row runs whole).
+            cached; else a lone row runs whole). The rows that run whole (lone rows, empty texts) run
+            together, in one call of ``embed``.
     """
     parts: list[tuple[list[int], Sequence[torch.Tensor | None]]] = []
+    whole: list[int] = []  # rows that run unshared: one pass for all of them, not one per row
     for rows, prefix_len in prefix_groups(batch):
         if prefix_len and (share_single or len(rows) > 1):
             parts.append((rows, embed(*rows_after_prefix(batch, rows, prefix_len))))
         else:
-            parts.append((rows, embed(select_rows(batch, rows), None)))
+            whole.extend(rows)
+    if whole:
+        whole.sort()
+        parts.append((whole, embed(select_rows(batch, whole), None)))
     if len(parts) == 1:
         return tuple(parts[0][1])
     order = [row for rows, _ in parts for row in rows]

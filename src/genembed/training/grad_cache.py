@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from ..encoders.batching import Batch
+from ..encoders.shared_prefix import prefix_groups
 from .data.generative import GenerativeBatch
 from .objective import Objective
 
@@ -43,12 +44,25 @@ def split_batch(batch: Batch, chunk: int) -> list[Batch]:
     return parts
 
 
-def length_sorted(batch: Batch, *aligned: torch.Tensor) -> tuple[Batch, ...]:
+def length_sorted(batch: Batch, *aligned: torch.Tensor, by_prefix: bool = False) -> tuple[Batch, ...]:
     """The batch's rows (and each ``aligned`` tensor's rows) shortest first, so that :func:`split_batch`'s
     chunks hold texts of similar length and trim most of their padding. Only for losses that do not
     depend on the rows' order (a single-text batch's: its similarity KL and regression are sums over
-    texts and text pairs)."""
-    order = batch.attention_mask.sum(dim=1).argsort(stable=True)
+    texts and text pairs).
+
+    ``by_prefix``: the rows grouped by the prompt prefix before their text first (largest group first; rows
+    with no group to share, last), shortest first within each group, so that a chunk embedded with shared
+    prefixes (``embedding.share_prefix``) holds few prefixes: a batch under twenty instructions otherwise
+    runs each chunk as many small passes."""
+    lengths = batch.attention_mask.sum(dim=1)
+    if by_prefix:
+        groups = sorted(prefix_groups(batch), key=lambda group: -len(group[0]))
+        rank = torch.full_like(lengths, len(groups))
+        for index, (rows, prefix_len) in enumerate(groups):
+            if prefix_len and len(rows) > 1:
+                rank[rows] = index
+        lengths = rank * (batch.attention_mask.shape[1] + 1) + lengths
+    order = lengths.argsort(stable=True)
     rows = Batch(batch.input_ids[order], batch.attention_mask[order], batch.text_mask[order])
     return rows, *(tensor[order.to(tensor.device)] for tensor in aligned)
 
@@ -104,9 +118,10 @@ def grad_cache_single(
 ) -> dict[str, torch.Tensor]:
     """:func:`grad_cache_step` for a single-text batch (:meth:`Objective.single_terms`): the KL over a
     few hundred texts' similarities needs every text's embedding at once, but only one chunk's activations.
-    The texts are chunked shortest first (:func:`length_sorted`): chunks of similar lengths pad less.
+    The texts are chunked shortest first (:func:`length_sorted`): chunks of similar lengths pad less; with
+    shared prefixes, grouped by prefix first, so that each chunk runs few passes.
     ``generative``: a generative batch riding along (``generative.every_step``), or None."""
-    texts, teacher_texts = length_sorted(texts, teacher_texts)
+    texts, teacher_texts = length_sorted(texts, teacher_texts, by_prefix=objective.share_prefix)
     parts = split_batch(texts, chunk)
     terms = _cached_backward(
         objective, parts, lambda z: objective.single_terms(torch.cat(z), teacher_texts), scale, autocast
