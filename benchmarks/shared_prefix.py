@@ -8,12 +8,20 @@ as the stage draws it, with the prefixes computed per row and once per group, al
 the same machine load:
 
 - contrastive: 16 queries, 1 positive and 1 hard negative each, ICR forward and backward;
-- single: 128 single texts in GradCache chunks of 32, shortest first (the stage's ``grad_cache_single``:
-  a pass without gradients, then each chunk again with them), against random teacher vectors.
+- single: 128 single texts in GradCache chunks of 32 (the stage's ``grad_cache_single``: a pass without
+  gradients, then each chunk again with them), against random teacher vectors; with shared prefixes both in
+  length order (the order before grouping by prefix) and grouped by prefix, then by length (the order it uses).
 
 Run on an otherwise idle machine (2 cores, about 10 minutes):
 
     .venv/bin/python benchmarks/shared_prefix.py --out benchmarks/results/shared_prefix.json
+
+A batch under many instructions (the reviews' domain rows, twenty wordings) is where grouping by prefix
+matters; ``--set`` takes the config overrides ``genembed train`` takes:
+
+    .venv/bin/python benchmarks/shared_prefix.py --reps 1 \
+      --set "single.files=[{path: ../shared/data/train/reviews.jsonl, symmetric: true, axes: [domain]}]" \
+      --out benchmarks/results/shared_prefix_reviews.json
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ def main() -> None:
     parser.add_argument("--config", type=Path, default=REPO / "configs" / "teacher-stage-reviews.yaml")
     parser.add_argument("--reps", type=int, default=2, help="timed rounds (after one warm-up round)")
     parser.add_argument("--seed", type=int, default=1, help="which batches the streams draw")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a config override")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     if args.reps < 1:
@@ -47,7 +56,7 @@ def main() -> None:
     from genembed.training.grad_cache import grad_cache_single, length_sorted, split_batch
     from genembed.training.setup import build_objective, init_adapter, trainable_model
 
-    cfg = load_config(args.config, [f"train.seed={args.seed}"])
+    cfg = load_config(args.config, [*args.set, f"train.seed={args.seed}"])
     backbone = genembed.load(adapter=False, dtype="float32").backbone
     model = trainable_model(cfg, backbone.model, init_adapter("default"))
     teacher_dim = 768  # all-mpnet-base-v2's vectors; the values do not change the step's cost
@@ -89,18 +98,19 @@ def main() -> None:
 
     chunk = cfg.train.grad_cache_chunk or len(texts)
 
-    def single_step() -> None:
-        grad_cache_single(objective, single_batch, vectors, chunk=chunk)
+    def single_step(setting: str) -> None:
+        grad_cache_single(objective, single_batch, vectors, chunk=chunk, by_prefix=setting == "shared")
 
-    steps = {"contrastive": contrastive_step, "single": single_step}
-    seconds: dict[str, dict[str, list[float]]] = {kind: {"per row": [], "shared": []} for kind in steps}
+    steps = {"contrastive": lambda setting: contrastive_step(), "single": single_step}
+    settings_of = {"contrastive": ("per row", "shared"), "single": ("per row", "shared, length order", "shared")}
+    seconds: dict[str, dict[str, list[float]]] = {kind: {s: [] for s in settings_of[kind]} for kind in steps}
     for rep in range(args.reps + 1):  # the first round warms up
         for kind, step in steps.items():
-            for setting in ("per row", "shared"):
-                objective.share_prefix = setting == "shared"
+            for setting in settings_of[kind]:
+                objective.share_prefix = setting != "per row"
                 model.zero_grad(set_to_none=True)
                 t0 = time.perf_counter()
-                step()
+                step(setting)
                 if rep:
                     seconds[kind][setting].append(time.perf_counter() - t0)
                 print(f"round {rep} {kind} {setting}: {time.perf_counter() - t0:.1f} s", flush=True)
@@ -110,10 +120,22 @@ def main() -> None:
         once = sum(sum(n * (len(rows) - 1) for rows, n in prefix_groups(b)) for b in batches)
         return {"prompt_tokens": total, "prefix_tokens_saved": once}
 
+    def passes(by_prefix: bool) -> int:
+        """Embedding passes of one GradCache round: per chunk, one per shared prefix, one for the rest."""
+        total = 0
+        for part in split_batch(length_sorted(single_batch, by_prefix=by_prefix)[0], chunk):
+            groups = prefix_groups(part)
+            shared = sum(1 for rows, n in groups if n and len(rows) > 1)
+            total += shared + (shared < len(groups))
+        return total
+
     medians = {kind: {k: statistics.median(v) for k, v in times.items()} for kind, times in seconds.items()}
     ratios = {kind: m["shared"] / m["per row"] for kind, m in medians.items()}
+    single = medians["single"]
+    ratios["single, grouped over length order"] = single["shared"] / single["shared, length order"]
     for kind, m in medians.items():
-        print(f"{kind}: per row {m['per row']:.2f} s, shared prefixes {m['shared']:.2f} s, ratio {ratios[kind]:.2f}x")
+        print(f"{kind}: " + ", ".join(f"{k} {v:.2f} s" for k, v in m.items()) + f"; shared/per row {ratios[kind]:.2f}x")
+    print(f"single, grouped by prefix over length order: {ratios['single, grouped over length order']:.2f}x")
     report = {
         "benchmark": "shared_prefix",
         "git_commit": git_commit(),
@@ -123,8 +145,12 @@ def main() -> None:
             "contrastive": tokens(queries, documents)
             | {"queries": len(batch.queries), "documents": len(batch.documents)},
             # the single step shares within each GradCache chunk, as it embeds them
-            "single": tokens(*split_batch(length_sorted(single_batch)[0], chunk))
-            | {"texts": len(texts), "instructions": len(set(instructions)), "chunk": chunk},
+            "single": tokens(*split_batch(length_sorted(single_batch, by_prefix=True)[0], chunk))
+            | {"texts": len(texts), "instructions": len(set(instructions)), "chunk": chunk}
+            | {
+                f"passes, {order}": passes(by_prefix)
+                for order, by_prefix in (("length order", False), ("grouped", True))
+            },
         },
         "seconds": seconds,
         "median": medians,

@@ -115,13 +115,16 @@ def grad_cache_single(
     chunk: int,
     scale: float = 1.0,
     autocast: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+    by_prefix: bool | None = None,
 ) -> dict[str, torch.Tensor]:
     """:func:`grad_cache_step` for a single-text batch (:meth:`Objective.single_terms`): the KL over a
     few hundred texts' similarities needs every text's embedding at once, but only one chunk's activations.
     The texts are chunked shortest first (:func:`length_sorted`): chunks of similar lengths pad less; with
-    shared prefixes, grouped by prefix first, so that each chunk runs few passes.
-    ``generative``: a generative batch riding along (``generative.every_step``), or None."""
-    texts, teacher_texts = length_sorted(texts, teacher_texts, by_prefix=objective.share_prefix)
+    shared prefixes, grouped by prefix first, so that each chunk runs few passes (``by_prefix``; None: when
+    the objective shares prefixes). ``generative``: a generative batch riding along (``generative.every_step``),
+    or None."""
+    by_prefix = objective.share_prefix if by_prefix is None else by_prefix
+    texts, teacher_texts = length_sorted(texts, teacher_texts, by_prefix=by_prefix)
     parts = split_batch(texts, chunk)
     terms = _cached_backward(
         objective, parts, lambda z: objective.single_terms(torch.cat(z), teacher_texts), scale, autocast
