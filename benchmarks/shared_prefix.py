@@ -49,7 +49,7 @@ def main() -> None:
         parser.error(f"--reps must be >= 1, got {args.reps}")
 
     import genembed
-    from genembed.encoders.shared_prefix import prefix_groups
+    from genembed.encoders.shared_prefix import prefix_groups, sharing_groups
     from genembed.training.config import load_config
     from genembed.training.data import ContrastiveStream, SingleStream, expand_files
     from genembed.training.forward import tokenize_texts
@@ -124,9 +124,8 @@ def main() -> None:
         """Embedding passes of one GradCache round: per chunk, one per shared prefix, one for the rest."""
         total = 0
         for part in split_batch(length_sorted(single_batch, by_prefix=by_prefix)[0], chunk):
-            groups = prefix_groups(part)
-            shared = sum(1 for rows, n in groups if n and len(rows) > 1)
-            total += shared + (shared < len(groups))
+            shared, whole = sharing_groups(part, share_single=False)
+            total += len(shared) + bool(whole)
         return total
 
     medians = {kind: {k: statistics.median(v) for k, v in times.items()} for kind, times in seconds.items()}

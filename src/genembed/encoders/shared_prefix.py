@@ -25,7 +25,7 @@ import torch
 
 from .batching import Batch
 
-__all__ = ["embed_by_prefix", "prefix_groups", "rows_after_prefix", "select_rows"]
+__all__ = ["embed_by_prefix", "prefix_groups", "rows_after_prefix", "select_rows", "sharing_groups"]
 
 # embeds one group: (its rows as a batch, the prefix ids they were cut after, or None) -> per-row tensors
 GroupFn = Callable[[Batch, "tuple[int, ...] | None"], Sequence["torch.Tensor | None"]]
@@ -45,6 +45,18 @@ def prefix_groups(batch: Batch) -> list[tuple[list[int], int]]:
         first = width - length
         groups.setdefault(tuple(ids[row][first:text_start]), []).append(row)
     return [(rows, len(prefix)) for prefix, rows in groups.items()]
+
+
+def sharing_groups(batch: Batch, *, share_single: bool) -> tuple[list[tuple[list[int], int]], list[int]]:
+    """The batch's :func:`prefix_groups` that run after their shared prefix, and the rows that run whole (in
+    row order): those without a prefix (empty texts) and, unless ``share_single``, each lone row of its prefix."""
+    shared, whole = [], []
+    for rows, prefix_len in prefix_groups(batch):
+        if prefix_len and (share_single or len(rows) > 1):
+            shared.append((rows, prefix_len))
+        else:
+            whole.extend(rows)
+    return shared, sorted(whole)
 
 
 def select_rows(batch: Batch, rows: list[int]) -> Batch:
@@ -81,15 +93,11 @@ def embed_by_prefix(batch: Batch, embed: GroupFn, *, share_single: bool) -> tupl
             cached; else a lone row runs whole). The rows that run whole (lone rows, empty texts) run
             together, in one call of ``embed``.
     """
-    parts: list[tuple[list[int], Sequence[torch.Tensor | None]]] = []
-    whole: list[int] = []  # rows that run unshared: one pass for all of them, not one per row
-    for rows, prefix_len in prefix_groups(batch):
-        if prefix_len and (share_single or len(rows) > 1):
-            parts.append((rows, embed(*rows_after_prefix(batch, rows, prefix_len))))
-        else:
-            whole.extend(rows)
-    if whole:
-        whole.sort()
+    shared, whole = sharing_groups(batch, share_single=share_single)
+    parts: list[tuple[list[int], Sequence[torch.Tensor | None]]] = [
+        (rows, embed(*rows_after_prefix(batch, rows, prefix_len))) for rows, prefix_len in shared
+    ]
+    if whole:  # one pass for all of them, not one per row
         parts.append((whole, embed(select_rows(batch, whole), None)))
     if len(parts) == 1:
         return tuple(parts[0][1])

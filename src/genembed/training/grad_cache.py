@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from ..encoders.batching import Batch
-from ..encoders.shared_prefix import prefix_groups
+from ..encoders.shared_prefix import sharing_groups
 from .data.generative import GenerativeBatch
 from .objective import Objective
 
@@ -56,11 +56,10 @@ def length_sorted(batch: Batch, *aligned: torch.Tensor, by_prefix: bool = False)
     runs each chunk as many small passes."""
     lengths = batch.attention_mask.sum(dim=1)
     if by_prefix:
-        groups = sorted(prefix_groups(batch), key=lambda group: -len(group[0]))
-        rank = torch.full_like(lengths, len(groups))
-        for index, (rows, prefix_len) in enumerate(groups):
-            if prefix_len and len(rows) > 1:
-                rank[rows] = index
+        shared, _ = sharing_groups(batch, share_single=False)  # the rows that run whole keep the last rank
+        rank = torch.full_like(lengths, len(shared))
+        for index, (rows, _) in enumerate(sorted(shared, key=lambda group: -len(group[0]))):
+            rank[rows] = index
         lengths = rank * (batch.attention_mask.shape[1] + 1) + lengths
     order = lengths.argsort(stable=True)
     rows = Batch(batch.input_ids[order], batch.attention_mask[order], batch.text_mask[order])
